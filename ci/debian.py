@@ -1,0 +1,104 @@
+"""Fetch a pinned Debian package from another suite and unpack it into opforge's cache.
+
+Nothing is installed into the system: the package is downloaded with apt-get against a private
+sources list and unpacked with `dpkg -x`. Used for ONNX Runtime headers (libonnxruntime-dev) and
+the relocated CUDA 12.4 toolkit, both from Debian trixie.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+SYSTEM_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
+
+
+def cache_root() -> Path:
+    base = os.environ.get("OPFORGE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "opforge")
+    return Path(base)
+
+
+def _mirror() -> str:
+    """The Debian mirror this machine already uses (never hard-coded in the repo)."""
+    if SYSTEM_SOURCES.exists():
+        for line in SYSTEM_SOURCES.read_text().splitlines():
+            if line.startswith("URIs:") and "security" not in line:
+                return line.split(":", 1)[1].strip()
+    for listfile in Path("/etc/apt").glob("sources.list*"):
+        if listfile.is_file():
+            for line in listfile.read_text().splitlines():
+                parts = line.split()
+                if len(parts) >= 3 and parts[0] == "deb" and "security" not in parts[1]:
+                    return parts[1]
+    raise RuntimeError("opforge: no Debian mirror found in /etc/apt; cannot fetch Debian packages")
+
+
+def _apt_options(state: Path, suite: str) -> list[str]:
+    sources = state / f"{suite}.sources"
+    if not sources.exists():
+        state.mkdir(parents=True, exist_ok=True)
+        sources.write_text(
+            f"Types: deb\nURIs: {_mirror()}\nSuites: {suite}\n"
+            f"Components: main contrib non-free\nSigned-By: {KEYRING}\n")
+    (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+    (state / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+    return [
+        "-o", f"Dir::Etc::SourceList={sources}",
+        "-o", "Dir::Etc::SourceParts=/dev/null",
+        "-o", f"Dir::State::Lists={state / 'lists'}",
+        "-o", f"Dir::Cache::Archives={state / 'archives'}",
+        "-o", "APT::Get::List-Cleanup=0",
+        "-o", "APT::Sandbox::User=root",
+        "-q",
+    ]
+
+
+def fetch(package: str, version: str, suite: str = "trixie") -> Path:
+    """Return the folder holding `package=version` unpacked; download it on first use."""
+    target = cache_root() / "debian" / f"{package}_{version.replace(':', '%3a')}"
+    done = target / ".unpacked"
+    if done.exists():
+        return target
+    state = cache_root() / "debian" / f"apt-{suite}"
+    options = _apt_options(state, suite)
+    download_dir = state / "debs"
+    download_dir.mkdir(parents=True, exist_ok=True)
+    print(f"opforge: fetching Debian {suite} package {package}={version}", file=sys.stderr)
+    if not any((state / "lists").glob("*Packages*")):
+        subprocess.run(["apt-get", *options, "update"], check=True, stdout=subprocess.DEVNULL)
+    result = subprocess.run(["apt-get", *options, "download", f"{package}={version}"],
+                            cwd=download_dir, capture_output=True, text=True)
+    if result.returncode != 0:
+        # The lists may be stale (a newer upload replaced the pinned version): refresh once.
+        subprocess.run(["apt-get", *options, "update"], check=True, stdout=subprocess.DEVNULL)
+        result = subprocess.run(["apt-get", *options, "download", f"{package}={version}"],
+                                cwd=download_dir, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"opforge: cannot download Debian {suite} package {package}={version}: "
+                           f"{result.stderr.strip()}")
+    deb = next(download_dir.glob(f"{package}_*.deb"))
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    subprocess.run(["dpkg", "-x", str(deb), str(target)], check=True)
+    done.touch()
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("package")
+    parser.add_argument("version")
+    parser.add_argument("--suite", default="trixie")
+    args = parser.parse_args(argv)
+    print(fetch(args.package, args.version, args.suite))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
