@@ -1,0 +1,22 @@
+"""opforge's op spec: the single definition of each operator that every layer is built and tested
+against, plus the location of the shared kernel headers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .numerics import DTYPES, Errors, dtype_name, measure, round_to, ulp
+from .ops import (DOMAIN, DOMAIN_VERSION, OPS, RMS_NORM, SWISH, Attr, BadCase, Case, OpSpec, error,
+                  strided)
+
+__all__ = ["DOMAIN", "DOMAIN_VERSION", "DTYPES", "OPS", "RMS_NORM", "SWISH", "Attr", "BadCase",
+           "Case", "Errors", "OpSpec", "dtype_name", "error", "include_dir", "measure", "round_to",
+           "strided", "ulp"]
+
+
+def include_dir() -> Path:
+    """Folder holding `opforge/kernels/*.h` (installed copy, else the source tree's)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "include", here.parent / "include"):
+        if (candidate / "opforge" / "kernels" / "math.h").exists():
+            return candidate
+    raise FileNotFoundError("opforge_spec: kernel headers not found next to the package")

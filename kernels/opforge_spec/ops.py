@@ -1,0 +1,241 @@
+"""The opforge operators, defined once: names, attributes, float64 references, tolerances and the
+input cases every layer (torch, ONNX Runtime, TensorRT, loader plugins) is tested on."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .numerics import Errors, describe_worst, dtype_name, measure, round_to
+
+DOMAIN = "opforge"
+DOMAIN_VERSION = 1
+
+
+def error(op_name: str, what: str, expected: str, got: str) -> str:
+    """The canonical error text every layer uses for bad input."""
+    return f"opforge.{op_name}: {what}: expected {expected}, got {got}"
+
+
+@dataclass(frozen=True)
+class Attr:
+    name: str
+    default: float
+    doc: str
+    check: Callable[[float], str | None]  # returns the expectation text when the value is invalid
+
+
+def _finite(value: float) -> str | None:
+    return None if math.isfinite(value) else "a finite float"
+
+
+def _finite_non_negative(value: float) -> str | None:
+    return None if math.isfinite(value) and value >= 0 else "a finite float >= 0"
+
+
+@dataclass
+class Case:
+    name: str
+    inputs: tuple
+    attrs: dict
+    non_contiguous: bool = False  # layers that take strided tensors feed `strided(x)` views
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(str(list(np.shape(x))) for x in self.inputs)
+        return f"Case({self.name}: {shapes} {self.attrs})"
+
+
+@dataclass
+class BadCase:
+    name: str
+    inputs: tuple
+    attrs: dict
+    mentions: tuple  # substrings the error message must contain (op name, input/attr name)
+
+
+def strided(a: np.ndarray) -> np.ndarray:
+    """A non-contiguous view holding the same values as `a` (every other element of a wider array)."""
+    a = np.asarray(a)
+    if a.ndim == 0:
+        return a
+    wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype)
+    wide[..., ::2] = a
+    return wide[..., ::2]
+
+
+@dataclass
+class OpSpec:
+    name: str
+    torch_name: str
+    inputs: tuple
+    attributes: dict
+    reference_impl: Callable
+    tolerances: dict  # dtype name -> (rtol, atol)
+    case_builder: Callable
+    bad_case_builder: Callable
+    doc: str = ""
+    outputs: tuple = ("Y",)
+    extra: dict = field(default_factory=dict)
+
+    def defaults(self) -> dict:
+        return {k: a.default for k, a in self.attributes.items()}
+
+    def reference(self, *arrays, **attrs) -> np.ndarray:
+        # Attributes are float32 in ONNX (AttributeProto.f) and in every kernel.
+        values = {k: float(np.float32(v)) for k, v in {**self.defaults(), **attrs}.items()}
+        with np.errstate(all="ignore"):
+            return self.reference_impl(*(np.asarray(a, dtype=np.float64) for a in arrays), **values)
+
+    def tolerance(self, dtype) -> tuple:
+        return self.tolerances[dtype_name(dtype)]
+
+    def cases(self, dtype, rng: np.random.Generator | None = None) -> list:
+        rng = rng if rng is not None else np.random.default_rng(20261129)
+        name = dtype_name(dtype)
+        built = self.case_builder(rng, name)
+        return [Case(c.name, tuple(round_to(name, x) for x in c.inputs), c.attrs, c.non_contiguous)
+                for c in built]
+
+    def bad_cases(self) -> list:
+        return self.bad_case_builder()
+
+    def errors(self, actual, expected64, dtype) -> Errors:
+        rtol, atol = self.tolerance(dtype)
+        return measure(actual, expected64, dtype, rtol, atol)
+
+    def check_close(self, actual, expected64, dtype, inputs=(), label: str = "") -> Errors:
+        errs = self.errors(actual, expected64, dtype)
+        if errs.mismatched:
+            rtol, atol = self.tolerance(dtype)
+            raise AssertionError(
+                f"opforge.{self.name} {label} ({dtype_name(dtype)}): {errs.mismatched} element(s) "
+                f"outside rtol={rtol:g} atol={atol:g}; max abs {errs.max_abs:.3g}, max rel "
+                f"{errs.max_rel:.3g}, max {errs.max_ulp:.3g} ulp; "
+                + describe_worst(actual, expected64, errs, inputs))
+        return errs
+
+
+# ---- Swish ---------------------------------------------------------------------------------------
+
+def swish_reference(x: np.ndarray, beta: float) -> np.ndarray:
+    t = beta * x
+    e = np.exp(-np.abs(t))  # never overflows: same formulation as kernels/math.h
+    r = 1.0 / (1.0 + e)
+    return x * np.where(t >= 0, r, e * r)
+
+
+def _swish_cases(rng: np.random.Generator, dtype: str) -> list:
+    tiny = float(np.finfo(np.float16).smallest_subnormal) if dtype == "float16" else 1e-40
+    return [
+        Case("random", (rng.standard_normal((4, 37)),), {}),
+        Case("default_beta", (rng.standard_normal((3, 5)),), {}),
+        Case("beta_1.7", (rng.standard_normal((2, 3, 11)),), {"beta": 1.7}),
+        Case("beta_negative", (rng.standard_normal((64,)),), {"beta": -0.75}),
+        Case("beta_zero", (rng.standard_normal((5, 7)),), {"beta": 0.0}),
+        Case("wide_range", (rng.uniform(-80.0, 80.0, (257,)),), {}),
+        Case("huge_pm_1e4", (np.array([1e4, -1e4, 9999.0, -9999.0, 0.0, -0.0, 1.0, -1.0]),), {}),
+        Case("huge_beta", (np.array([1e-3, -1e-3, 1.0, -1.0]),), {"beta": 1e4}),
+        Case("nan_inf", (np.array([np.nan, 1.0, -np.nan, np.inf, -np.inf, -2.0, 0.0]),), {}),
+        Case("denormal", (np.array([tiny, -tiny, 4 * tiny, 0.0]),), {}),
+        Case("empty", (np.zeros((0, 5)),), {}),
+        Case("rank0", (np.array(0.5),), {}),
+        Case("batch1", (rng.standard_normal((1, 64)),), {}),
+        Case("large", (rng.standard_normal((64, 4099)),), {}),
+        Case("non_contiguous", (rng.standard_normal((8, 33)),), {}, non_contiguous=True),
+    ]
+
+
+def _swish_bad_cases() -> list:
+    x = np.ones((2, 3), np.float32)
+    return [
+        BadCase("int64_input", (np.ones((2, 3), np.int64),), {}, ("opforge.Swish", "X")),
+        BadCase("nan_beta", (x,), {"beta": float("nan")}, ("opforge.Swish", "beta")),
+    ]
+
+
+SWISH = OpSpec(
+    name="Swish",
+    torch_name="swish",
+    inputs=("X",),
+    attributes={"beta": Attr("beta", 1.0, "slope inside the sigmoid", _finite)},
+    reference_impl=swish_reference,
+    # fp32: the issue's bar (looser rtol than torch's 1.3e-6: one rounding of exp plus the product,
+    # tighter atol); half types: torch.testing defaults (output rounding dominates).
+    tolerances={"float64": (1e-12, 1e-15), "float32": (1e-5, 1e-6),
+                "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5)},
+    case_builder=_swish_cases,
+    bad_case_builder=_swish_bad_cases,
+    doc="Y = X * sigmoid(beta * X), elementwise, any shape",
+)
+
+
+# ---- RMSNorm -------------------------------------------------------------------------------------
+
+def rms_norm_reference(x: np.ndarray, w: np.ndarray, epsilon: float) -> np.ndarray:
+    if x.shape[-1] == 0:
+        return np.zeros(x.shape)
+    denom = np.mean(x * x, axis=-1, keepdims=True) + epsilon
+    inv = np.where(denom == 0, 0.0, 1.0 / np.sqrt(np.where(denom == 0, 1.0, denom)))
+    return x * inv * w
+
+
+def _rms_norm_cases(rng: np.random.Generator, dtype: str) -> list:
+    def w(n):
+        return rng.uniform(0.5, 1.5, (n,))
+
+    zero_rows = rng.standard_normal((5, 24))
+    zero_rows[1] = 0.0
+    zero_rows[3] = 0.0
+    nan_rows = rng.standard_normal((4, 16))
+    nan_rows[1, 3] = np.nan
+    nan_rows[2, 0] = np.inf
+    huge = 1e18 if dtype in ("float32", "float64", "bfloat16") else 1e4
+    return [
+        Case("random", (rng.standard_normal((4, 64)), w(64)), {}),
+        Case("rank1", (rng.standard_normal((64,)), w(64)), {}),
+        Case("rank3_odd", (rng.standard_normal((2, 3, 17)), w(17)), {"epsilon": 1e-5}),
+        Case("rank4", (rng.standard_normal((2, 2, 3, 8)), w(8)), {}),
+        Case("zero_rows", (zero_rows, w(24)), {}),
+        Case("zero_rows_eps0", (zero_rows, w(24)), {"epsilon": 0.0}),
+        Case("large_eps", (rng.standard_normal((3, 10)) * 1e-2, w(10)), {"epsilon": 1e-2}),
+        Case("huge_pm_1e4", (rng.choice([-1e4, 1e4], (3, 32)), w(32)), {}),
+        Case("huge_magnitude", (rng.standard_normal((2, 16)) * huge, w(16)), {}),
+        Case("nan_inf", (nan_rows, w(16)), {}),
+        Case("empty_rows", (np.zeros((0, 16)), w(16)), {}),
+        Case("empty_batch", (np.zeros((2, 0, 16)), w(16)), {}),
+        Case("batch1", (rng.standard_normal((1, 4096)), w(4096)), {}),
+        Case("large", (rng.standard_normal((256, 1031)), w(1031)), {}),
+        Case("non_contiguous", (rng.standard_normal((6, 40)), w(40)), {}, non_contiguous=True),
+    ]
+
+
+def _rms_norm_bad_cases() -> list:
+    x = np.ones((2, 4), np.float32)
+    w = np.ones((4,), np.float32)
+    return [
+        BadCase("int64_input", (np.ones((2, 4), np.int64), w), {}, ("opforge.RMSNorm", "X")),
+        BadCase("rank0_input", (np.array(1.0, np.float32), w), {}, ("opforge.RMSNorm", "X")),
+        BadCase("weight_length", (x, np.ones((3,), np.float32)), {}, ("opforge.RMSNorm", "W")),
+        BadCase("weight_rank", (x, np.ones((1, 4), np.float32)), {}, ("opforge.RMSNorm", "W")),
+        BadCase("negative_epsilon", (x, w), {"epsilon": -1.0}, ("opforge.RMSNorm", "epsilon")),
+    ]
+
+
+RMS_NORM = OpSpec(
+    name="RMSNorm",
+    torch_name="rms_norm",
+    inputs=("X", "W"),
+    attributes={"epsilon": Attr("epsilon", 1e-6, "added to the mean square", _finite_non_negative)},
+    reference_impl=rms_norm_reference,
+    # fp32 looser than torch's default: the row reduction runs in a different order (and on the GPU
+    # in float32) than the float64 reference; bar set by the issue.
+    tolerances={"float64": (1e-10, 1e-12), "float32": (1e-4, 1e-5),
+                "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5)},
+    case_builder=_rms_norm_cases,
+    bad_case_builder=_rms_norm_bad_cases,
+    doc="Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0",
+)
+
+OPS = {op.name: op for op in (SWISH, RMS_NORM)}

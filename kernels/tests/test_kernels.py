@@ -1,0 +1,148 @@
+"""The shared kernels themselves, compiled here and driven through a tiny C shim, against the spec."""
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opforge_spec as spec
+
+HERE = Path(__file__).parent
+STORAGE = {"float32": (np.float32, "f32"), "float64": (np.float64, "f64"),
+           "bfloat16": (np.uint16, "bf16")}
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory):
+    out = tmp_path_factory.mktemp("shim") / "libshim.so"
+    subprocess.run(["g++", "-O3", "-std=c++17", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
+                    f"-I{spec.include_dir()}", str(HERE / "cpu_shim.cc"), "-o", str(out)],
+                   check=True)
+    return ctypes.CDLL(str(out))
+
+
+def to_storage(dtype, a):
+    a = np.array(a, order="C")  # ascontiguousarray would turn rank 0 into rank 1
+    if dtype == "bfloat16":
+        return np.asarray((np.asarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16))
+    return a.astype(STORAGE[dtype][0])
+
+
+def from_storage(dtype, a):
+    if dtype == "bfloat16":
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a
+
+
+def ptr(a):
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+def run_op(shim, op, dtype, inputs, attrs):
+    suffix = STORAGE[dtype][1]
+    stored = [to_storage(dtype, x) for x in inputs]
+    y = np.empty_like(stored[0])
+    if op is spec.SWISH:
+        getattr(shim, f"swish_fwd_{suffix}")(ptr(stored[0]), ptr(y), ctypes.c_int64(y.size),
+                                              ctypes.c_float(attrs.get("beta", 1.0)))
+    else:
+        cols = stored[0].shape[-1] if stored[0].ndim else 1
+        rows = stored[0].size // cols if cols else 0
+        getattr(shim, f"rms_fwd_{suffix}")(ptr(stored[0]), ptr(stored[1]), ptr(y),
+                                            ctypes.c_int64(rows), ctypes.c_int64(cols),
+                                            ctypes.c_float(attrs.get("epsilon", 1e-6)))
+    return from_storage(dtype, y)
+
+
+@pytest.mark.parametrize("dtype", list(STORAGE))
+@pytest.mark.parametrize("op", spec.OPS.values(), ids=list(spec.OPS))
+def test_forward_matches_reference(shim, op, dtype):
+    for case in op.cases(dtype):
+        got = run_op(shim, op, dtype, case.inputs, case.attrs)
+        op.check_close(got, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
+
+
+def numeric_grad(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d) - f(x - d)).sum() / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_backward_matches_finite_differences(shim, dtype):
+    rng = np.random.default_rng(0)
+    suffix = STORAGE[dtype][1]
+    npdt = STORAGE[dtype][0]
+    x = rng.standard_normal((3, 7))
+    w = rng.uniform(0.5, 1.5, 7)
+    dy = np.ones((3, 7))
+    tol = 1e-6 if dtype == "float64" else 2e-3
+
+    dx = np.empty((3, 7), npdt)
+    shim[f"swish_bwd_{suffix}"](ptr(dy.astype(npdt)), ptr(x.astype(npdt)), ptr(dx),
+                                ctypes.c_int64(21), ctypes.c_float(1.3))
+    want = numeric_grad(lambda v: spec.SWISH.reference(v, beta=1.3), x)
+    np.testing.assert_allclose(dx, want, rtol=tol, atol=tol)
+
+    dx = np.empty((3, 7), npdt)
+    dw = np.zeros(7)
+    shim[f"rms_bwd_{suffix}"](ptr(dy.astype(npdt)), ptr(x.astype(npdt)), ptr(w.astype(npdt)),
+                              ptr(dx), ptr(dw), ctypes.c_int64(3), ctypes.c_int64(7),
+                              ctypes.c_float(1e-6))
+    np.testing.assert_allclose(dx, numeric_grad(lambda v: spec.RMS_NORM.reference(v, w), x),
+                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(dw, numeric_grad(lambda v: spec.RMS_NORM.reference(x, v), w),
+                               rtol=tol, atol=tol)
+
+
+def test_a_one_ulp_error_would_be_caught(shim):
+    """The harness can fail: the kernel's output nudged by one ulp breaks the float64 tolerance."""
+    case = spec.SWISH.cases("float64")[0]
+    got = run_op(shim, spec.SWISH, "float64", case.inputs, case.attrs)
+    with pytest.raises(AssertionError, match="outside"):
+        spec.SWISH.check_close(np.nextafter(got, np.inf) * (1 + 1e-9),
+                               spec.SWISH.reference(*case.inputs), "float64")
+
+
+def find_tool(name):
+    found = shutil.which(name)
+    if found:
+        return found
+    for root in (Path("/usr/local/cuda/bin"),):
+        if (root / name).exists():
+            return str(root / name)
+    return None
+
+
+def test_cuda_kernels_compile_to_sass(tmp_path):
+    nvcc = find_tool("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc on this machine: CUDA kernels not compiled")
+    src = tmp_path / "inst.cu"
+    src.write_text(
+        '#include "opforge/kernels/cuda.cuh"\n'
+        "namespace c = opforge::kernels::cuda;\n"
+        "template <class T> cudaError_t all(T* a, T* b, T* o, float* dw, cudaStream_t s) {\n"
+        "  c::swish_forward(a, o, 9, 1.f, s); c::swish_backward(a, b, o, 9, 1.f, s);\n"
+        "  c::rms_norm_forward(a, b, o, 3, 3, 1e-6f, s);\n"
+        "  return c::rms_norm_backward(a, b, b, o, dw, 3, 3, 1e-6f, s); }\n"
+        "template cudaError_t all<float>(float*, float*, float*, float*, cudaStream_t);\n"
+        "template cudaError_t all<__half>(__half*, __half*, __half*, float*, cudaStream_t);\n"
+        "template cudaError_t all<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*,"
+        " float*, cudaStream_t);\n")
+    obj = tmp_path / "inst.o"
+    subprocess.run([nvcc, "-std=c++17", "-O2", f"-I{spec.include_dir()}",
+                    "-gencode", "arch=compute_80,code=sm_80",
+                    "-gencode", "arch=compute_90,code=sm_90",
+                    "-Xcompiler", "-Wall,-Werror", "-c", str(src), "-o", str(obj)], check=True)
+    cuobjdump = find_tool("cuobjdump")
+    if cuobjdump is None:
+        pytest.skip("compiled; no cuobjdump to list the embedded SASS (pip nvidia-cuda-cuobjdump)")
+    listing = subprocess.run([cuobjdump, "--list-elf", str(obj)], capture_output=True, text=True,
+                             check=True).stdout
+    assert "sm_80" in listing and "sm_90" in listing, listing

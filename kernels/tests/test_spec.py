@@ -1,0 +1,72 @@
+import math
+
+import numpy as np
+import pytest
+
+import opforge_spec as spec
+
+
+def test_registry_names_and_defaults():
+    assert set(spec.OPS) == {"Swish", "RMSNorm"}
+    assert spec.SWISH.defaults() == {"beta": 1.0}
+    assert spec.RMS_NORM.defaults() == {"epsilon": 1e-6}
+    assert (spec.include_dir() / "opforge" / "kernels" / "cpu.h").exists()
+
+
+def test_swish_reference_is_stable_at_extremes():
+    y = spec.SWISH.reference(np.array([1e4, -1e4, 0.0, np.nan, -np.inf]))
+    assert y[0] == 1e4 and y[1] == 0.0 and y[2] == 0.0
+    assert math.isnan(y[3]) and math.isnan(y[4])
+    assert np.allclose(spec.SWISH.reference(np.array([2.0]), beta=0.0), [1.0])
+
+
+def test_rms_norm_reference_zero_rows_and_nan():
+    x = np.array([[0.0, 0.0], [3.0, 4.0], [np.nan, 1.0]])
+    y = spec.RMS_NORM.reference(x, np.array([1.0, 2.0]), epsilon=0.0)
+    assert np.array_equal(y[0], [0.0, 0.0])
+    inv = 1 / math.sqrt(12.5)
+    assert np.allclose(y[1], [3 * inv, 8 * inv])
+    assert np.isnan(y[2]).all()
+
+
+@pytest.mark.parametrize("dtype", spec.DTYPES)
+@pytest.mark.parametrize("op", spec.OPS.values(), ids=list(spec.OPS))
+def test_cases_are_representable(op, dtype):
+    cases = op.cases(dtype)
+    assert {"random", "empty_rows" if op is spec.RMS_NORM else "empty", "non_contiguous"} <= {
+        c.name for c in cases}
+    for case in cases:
+        for x in case.inputs:
+            assert np.array_equal(spec.round_to(dtype, x), x, equal_nan=True), case
+
+
+def test_bfloat16_rounding_is_nearest_even():
+    assert spec.round_to("bfloat16", [1.0 + 2**-8])[0] == 1.0            # tie -> even
+    assert spec.round_to("bfloat16", [1.0 + 3 * 2**-8])[0] == 1.0 + 2**-6  # tie -> even (up)
+    assert np.isnan(spec.round_to("bfloat16", [np.nan])[0])
+
+
+def test_check_close_names_the_worst_element():
+    expected = np.array([1.0, 2.0, 3.0])
+    spec.SWISH.check_close(expected.astype(np.float32), expected, "float32")
+    with pytest.raises(AssertionError, match=r"index \[1\].*2\.1"):
+        spec.SWISH.check_close(np.array([1.0, 2.1, 3.0], np.float32), expected, "float32")
+    with pytest.raises(AssertionError, match="1 element"):
+        spec.SWISH.check_close(np.array([1.0, np.nan, 3.0]), expected, "float32")
+
+
+def test_one_ulp_error_is_measured():
+    e = np.array([1.0], np.float32)
+    a = np.nextafter(e, np.float32(2))
+    assert spec.SWISH.errors(a, e.astype(np.float64), "float32").max_ulp == pytest.approx(1.0)
+
+
+def test_error_text_is_canonical():
+    assert spec.error("RMSNorm", "W", "1-D tensor of length 4", "shape [3]") == (
+        "opforge.RMSNorm: W: expected 1-D tensor of length 4, got shape [3]")
+
+
+def test_bad_cases_mention_op_and_input():
+    for op in spec.OPS.values():
+        for bad in op.bad_cases():
+            assert f"opforge.{op.name}" in bad.mentions
