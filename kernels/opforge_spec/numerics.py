@@ -29,7 +29,8 @@ def round_to(dtype, values) -> np.ndarray:
             return a.astype(name)
     f = a.astype(np.float32)
     bits = f.view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    sixteen = np.uint64(16)  # numpy < 2 turns `uint64 >> int` of 0-d arrays into float64
+    rounded = ((bits + np.uint64(0x7FFF) + ((bits >> sixteen) & np.uint64(1))) >> sixteen) << sixteen
     out = rounded.astype(np.uint32).view(np.float32)
     return np.where(np.isnan(f), np.float32("nan"), out)
 

@@ -1,0 +1,258 @@
+// OrtCustomOp tables for opforge::Swish and opforge::RMSNorm (domain version 1), kernel creation
+// (attributes) and input validation. Filled field by field instead of through Ort::CustomOpBase,
+// which stamps the header's ORT_API_VERSION and sets callbacks newer than our minimum API.
+#include "ops.h"
+
+#include <cmath>
+#include <exception>
+#include <memory>
+
+#ifdef OPFORGE_WITH_CUDA
+#include "cuda_kernels.h"
+#endif
+
+// API 17 brings what these tables and kernels rely on: GetStartVersion/GetEndVersion and
+// KernelContext_ParallelFor (ORT's own thread pool, so no thread pool of ours).
+static_assert(OPFORGE_ORT_MIN_API >= 17, "opforge_ort needs ORT API >= 17");
+
+namespace opforge_ort {
+namespace {
+
+constexpr int64_t kDomainVersion = 1;
+
+const OpDef& def_of(const OrtCustomOp* op) { return *reinterpret_cast<const OpDef*>(op); }
+
+// ---- attributes and kernel creation ------------------------------------------------------
+
+std::string node_name(const OrtApi& api, const OrtKernelInfo* info) {
+  size_t size = 0;
+  if (OrtStatus* s = api.KernelInfo_GetNodeName(info, nullptr, &size)) {
+    api.ReleaseStatus(s);
+    return {};
+  }
+  std::string name(size, '\0');
+  if (OrtStatus* s = api.KernelInfo_GetNodeName(info, name.data(), &size)) {
+    api.ReleaseStatus(s);
+    return {};
+  }
+  name.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
+  return name;
+}
+
+// A float attribute or its default when absent; an int attribute (beta=1 instead of 1.0) is an error.
+OrtStatus* float_attr(const Kernel& k, const OrtKernelInfo* info, const char* name, float fallback, float* out) {
+  const OrtApi& api = *k.api;
+  OrtStatus* s = api.KernelInfoGetAttribute_float(info, name, out);
+  if (s == nullptr) return nullptr;
+  api.ReleaseStatus(s);
+  int64_t as_int = 0;
+  s = api.KernelInfoGetAttribute_int64(info, name, &as_int);
+  if (s == nullptr) return k.fail(name, "a float attribute", "an int attribute (" + std::to_string(as_int) + ")");
+  api.ReleaseStatus(s);
+  *out = fallback;
+  return nullptr;
+}
+
+OrtStatus* read_attributes(Kernel& k, const OrtKernelInfo* info) {
+  if (k.def->op == Op::kSwish) {
+    OPFORGE_TRY(float_attr(k, info, "beta", 1.0f, &k.attr));
+    if (!std::isfinite(k.attr)) return k.fail("beta", "a finite float", float_str(k.attr));
+  } else {
+    OPFORGE_TRY(float_attr(k, info, "epsilon", 1e-6f, &k.attr));
+    if (!std::isfinite(k.attr) || k.attr < 0)
+      return k.fail("epsilon", "a finite float >= 0", float_str(k.attr));
+  }
+  return nullptr;
+}
+
+template <class F>
+OrtStatus* guarded(const OrtApi& api, F&& f) {
+  // No C++ exception may cross into ONNX Runtime (std::bad_alloc from a vector, say).
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return api.CreateStatus(ORT_FAIL, (std::string("opforge_ort: ") + e.what()).c_str());
+  } catch (...) {
+    return api.CreateStatus(ORT_FAIL, "opforge_ort: unknown C++ exception");
+  }
+}
+
+OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi* api, const OrtKernelInfo* info,
+                                      void** kernel) {
+  return guarded(*api, [&]() -> OrtStatus* {
+    auto k = std::make_unique<Kernel>();
+    k->api = api;
+    k->def = &def_of(op);
+    k->node = node_name(*api, info);
+    OPFORGE_TRY(read_attributes(*k, info));
+    *kernel = k.release();
+    return nullptr;
+  });
+}
+
+void ORT_API_CALL destroy_kernel(void* kernel) { delete static_cast<Kernel*>(kernel); }
+
+// ---- validation and dispatch ---------------------------------------------------------------
+
+bool cpu_type(ONNXTensorElementDataType t) {
+  return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT || t == ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE ||
+         t == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+}
+
+OrtStatus* check_x_type(const Kernel& k, const Tensor& x) {
+  if (k.on_cuda()) {
+    if (x.type == k.def->x_type) return nullptr;  // ORT only routes the declared type here
+    return k.fail("X", type_name(k.def->x_type) + " tensor", type_name(x.type) + " tensor");
+  }
+  if (cpu_type(x.type)) return nullptr;
+  return k.fail("X", "float32, float64 or bfloat16 tensor", type_name(x.type) + " tensor");
+}
+
+#ifdef OPFORGE_WITH_CUDA
+OrtStatus* cuda_status(const Kernel& k, int error) {
+  if (error == 0) return nullptr;
+  return k.api->CreateStatus(ORT_FAIL, (std::string("opforge.") + k.op_name() + ": CUDA launch failed: " +
+                                        cuda::error_string(error) + " (node \"" + k.node + "\")")
+                                           .c_str());
+}
+
+OrtStatus* cuda_stream(const Kernel& k, OrtKernelContext* ctx, void** stream) {
+  return k.api->KernelContext_GetGPUComputeStream(ctx, stream);
+}
+#endif
+
+OrtStatus* swish(const Kernel& k, OrtKernelContext* ctx) {
+  Tensor x;
+  OPFORGE_TRY(read_input(k, ctx, 0, x));
+  OPFORGE_TRY(check_x_type(k, x));
+  void* y = nullptr;
+  OPFORGE_TRY(alloc_output(k, ctx, x.shape, &y));
+  if (x.size == 0) return nullptr;
+#ifdef OPFORGE_WITH_CUDA
+  if (k.on_cuda()) {
+    void* stream = nullptr;
+    OPFORGE_TRY(cuda_stream(k, ctx, &stream));
+    return cuda_status(k, cuda::swish(x.type, x.data, y, x.size, k.attr, stream));
+  }
+#endif
+  return swish_cpu(k, ctx, x, y);
+}
+
+OrtStatus* rms_norm(const Kernel& k, OrtKernelContext* ctx) {
+  Tensor x, w;
+  OPFORGE_TRY(read_input(k, ctx, 0, x));
+  OPFORGE_TRY(read_input(k, ctx, 1, w));
+  OPFORGE_TRY(check_x_type(k, x));
+  if (x.shape.empty()) return k.fail("X", "tensor of rank >= 1", "a rank-0 tensor (scalar)");
+  if (w.type != x.type)
+    return k.fail("W", type_name(x.type) + " tensor (same type as X)", type_name(w.type) + " tensor");
+  const int64_t cols = x.shape.back();
+  if (w.shape.size() != 1 || w.shape[0] != cols)
+    return k.fail("W", "1-D tensor of length " + std::to_string(cols) + " (last dim of X)",
+                  "shape " + shape_str(w.shape));
+  void* y = nullptr;
+  OPFORGE_TRY(alloc_output(k, ctx, x.shape, &y));
+  if (x.size == 0) return nullptr;
+  const int64_t rows = x.size / cols;
+#ifdef OPFORGE_WITH_CUDA
+  if (k.on_cuda()) {
+    void* stream = nullptr;
+    OPFORGE_TRY(cuda_stream(k, ctx, &stream));
+    return cuda_status(k, cuda::rms_norm(x.type, x.data, w.data, y, rows, cols, k.attr, stream));
+  }
+#endif
+  return rms_norm_cpu(k, ctx, x, w, y, rows, cols);
+}
+
+OrtStatus* ORT_API_CALL compute(void* kernel, OrtKernelContext* ctx) {
+  const Kernel& k = *static_cast<const Kernel*>(kernel);
+  return guarded(*k.api, [&] { return k.def->op == Op::kSwish ? swish(k, ctx) : rms_norm(k, ctx); });
+}
+
+// ---- the OrtCustomOp callbacks -------------------------------------------------------------
+
+const char* ORT_API_CALL get_name(const OrtCustomOp* op) {
+  return def_of(op).op == Op::kSwish ? "Swish" : "RMSNorm";
+}
+const char* ORT_API_CALL get_provider(const OrtCustomOp* op) { return def_of(op).provider; }
+size_t ORT_API_CALL input_count(const OrtCustomOp* op) { return def_of(op).op == Op::kSwish ? 1 : 2; }
+ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t i) {
+  return i == 0 ? def_of(op).x_type : def_of(op).w_type;
+}
+size_t ORT_API_CALL output_count(const OrtCustomOp*) { return 1; }
+// UNDEFINED: ORT takes the output type from the one input whose type is open (X).
+ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp* op, size_t) { return def_of(op).x_type; }
+OrtCustomOpInputOutputCharacteristic ORT_API_CALL required(const OrtCustomOp*, size_t) {
+  return INPUT_OUTPUT_REQUIRED;
+}
+OrtMemType ORT_API_CALL default_memory(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
+int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
+int ORT_API_CALL domain_version(const OrtCustomOp*) { return kDomainVersion; }
+
+OpDef make_def(Op op, const char* provider, ONNXTensorElementDataType x_type, ONNXTensorElementDataType w_type) {
+  OpDef d{};  // zero: every callback newer than the stamped version stays null
+  OrtCustomOp& o = d.ort;
+  o.version = OPFORGE_ORT_MIN_API;  // never the header's ORT_API_VERSION: older runtimes refuse it
+  o.GetName = get_name;
+  o.GetExecutionProviderType = get_provider;
+  o.GetInputTypeCount = input_count;
+  o.GetInputType = input_type;
+  o.GetOutputTypeCount = output_count;
+  o.GetOutputType = output_type;
+  o.KernelDestroy = destroy_kernel;
+  o.GetInputCharacteristic = required;        // API 8
+  o.GetOutputCharacteristic = required;
+  o.GetInputMemoryType = default_memory;      // API 13
+  o.GetVariadicInputMinArity = one;           // API 14 (not variadic; ORT reads them anyway)
+  o.GetVariadicInputHomogeneity = one;
+  o.GetVariadicOutputMinArity = one;
+  o.GetVariadicOutputHomogeneity = one;
+  o.CreateKernelV2 = create_kernel;           // API 16: errors as OrtStatus, not exceptions
+  o.KernelComputeV2 = compute;
+  o.GetStartVersion = domain_version;         // API 17: this kernel implements opforge v1 only
+  o.GetEndVersion = domain_version;
+  d.op = op;
+  d.provider = provider;
+  d.x_type = x_type;
+  d.w_type = w_type;
+  return d;
+}
+
+std::vector<OpDef> make_defs() {
+  constexpr auto kAny = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  std::vector<OpDef> defs;
+  defs.push_back(make_def(Op::kSwish, nullptr, kAny, kAny));
+  // RMSNorm has two inputs but ORT allows only one open ("UNDEFINED") input type per op, so
+  // W's type is enumerated: every W type reaches Compute, which names the mismatch clearly.
+  for (auto w : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+                 ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
+                 ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+                 ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
+                 ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
+                 ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
+                 ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL})
+    defs.push_back(make_def(Op::kRmsNorm, nullptr, kAny, w));
+#ifdef OPFORGE_WITH_CUDA
+  // CUDA kernels declare exact types, so ORT falls back to the CPU kernels for the others.
+  constexpr const char* kCuda = "CUDAExecutionProvider";
+  for (auto t : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16}) {
+    defs.push_back(make_def(Op::kSwish, kCuda, t, t));
+    defs.push_back(make_def(Op::kRmsNorm, kCuda, t, t));
+  }
+#endif
+  return defs;
+}
+
+}  // namespace
+
+const std::vector<const OrtCustomOp*>& custom_ops() {
+  static const std::vector<OpDef> defs = make_defs();
+  static const std::vector<const OrtCustomOp*> ops = [] {
+    std::vector<const OrtCustomOp*> v;
+    for (const OpDef& d : defs) v.push_back(&d.ort);
+    return v;
+  }();
+  return ops;
+}
+
+}  // namespace opforge_ort

@@ -1,0 +1,79 @@
+// Small helpers over the ONNX Runtime C API: statuses with opforge's canonical message shape,
+// tensor access and ORT-thread-pool parallel loops. Only functions of API <= OPFORGE_ORT_MIN_API.
+#pragma once
+
+#include <onnxruntime_c_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace opforge_ort {
+
+enum class Op { kSwish, kRmsNorm };
+
+// Defined per op kind and execution provider; ORT hands callbacks a pointer to `ort`.
+struct OpDef {
+  OrtCustomOp ort;  // must stay the first member
+  Op op;
+  const char* provider;               // nullptr: CPU execution provider
+  ONNXTensorElementDataType x_type;   // UNDEFINED: any, checked in Compute with a clear message
+  ONNXTensorElementDataType w_type;   // RMSNorm only
+};
+
+// One per graph node; immutable after creation, so one session serves many threads.
+struct Kernel {
+  const OrtApi* api;
+  const OpDef* def;
+  std::string node;
+  float attr;  // Swish: beta, RMSNorm: epsilon
+
+  const char* op_name() const { return def->op == Op::kSwish ? "Swish" : "RMSNorm"; }
+  bool on_cuda() const { return def->provider != nullptr; }
+  // "opforge.<Op>: <what>: expected <expected>, got <got> (node "<name>")"
+  OrtStatus* fail(const std::string& what, const std::string& expected, const std::string& got) const;
+};
+
+struct Tensor {
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  std::vector<int64_t> shape;
+  int64_t size = 0;
+  const void* data = nullptr;  // nullptr when empty
+};
+
+std::string type_name(ONNXTensorElementDataType type);
+std::string shape_str(const std::vector<int64_t>& shape);
+std::string float_str(double value);
+
+OrtStatus* read_input(const Kernel& k, OrtKernelContext* ctx, size_t index, Tensor& out);
+// Allocates output 0 with `shape`; *data stays nullptr for an empty tensor.
+OrtStatus* alloc_output(const Kernel& k, OrtKernelContext* ctx, const std::vector<int64_t>& shape, void** data);
+
+#define OPFORGE_TRY(expr)                     \
+  do {                                        \
+    if (OrtStatus* status_ = (expr)) return status_; \
+  } while (0)
+
+// Runs body(begin, end) over [0, total) in chunks of about `grain` items on the session's
+// intra-op thread pool (KernelContext_ParallelFor, API 17); small work runs inline.
+template <class Body>
+OrtStatus* parallel_for(const OrtApi& api, OrtKernelContext* ctx, int64_t total, int64_t grain, Body&& body) {
+  const int64_t chunks = (total + grain - 1) / grain;
+  if (chunks <= 1) {
+    body(int64_t{0}, total);
+    return nullptr;
+  }
+  struct Job {
+    Body* body;
+    int64_t total, per_chunk;
+  } job{&body, total, (total + chunks - 1) / chunks};
+  auto run_chunk = [](void* data, size_t chunk) {
+    const Job& j = *static_cast<const Job*>(data);
+    const int64_t begin = static_cast<int64_t>(chunk) * j.per_chunk;
+    const int64_t end = begin + j.per_chunk < j.total ? begin + j.per_chunk : j.total;
+    if (begin < end) (*j.body)(begin, end);
+  };
+  return api.KernelContext_ParallelFor(ctx, run_chunk, static_cast<size_t>(chunks), 0, &job);
+}
+
+}  // namespace opforge_ort

@@ -1,0 +1,88 @@
+"""Bad inputs and attributes raise a Python exception from onnxruntime with opforge's canonical
+message (op, input/attribute, expectation) and the node name; the process survives."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import opforge_spec as spec
+from ort_models import make_model, opforge_node, session, single_op_model, value_info
+
+NUMPY_TO_ONNX = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
+                 np.dtype(np.int64): "int64", np.dtype(np.int32): "int32"}
+
+
+def _bad_model(op: spec.OpSpec, case: spec.BadCase) -> bytes:
+    inputs = [value_info(name, NUMPY_TO_ONNX[np.asarray(a).dtype], np.ndim(a), prefix=name)
+              for name, a in zip(op.inputs, case.inputs)]
+    node = opforge_node(op.name, op.inputs, ["Y"], name="bad_node", **case.attrs)
+    y_type = NUMPY_TO_ONNX[np.asarray(case.inputs[0]).dtype]  # ORT infers Y's type from X
+    return make_model([node], inputs, [value_info("Y", y_type, None)])
+
+
+def _run(model: bytes, op: spec.OpSpec, inputs) -> None:
+    sess = session(model)  # attribute errors surface here, at kernel creation
+    sess.run(None, dict(zip(op.inputs, inputs)))
+
+
+BAD_CASES = [pytest.param(op, case, id=f"{op.name}-{case.name}")
+             for op in (spec.SWISH, spec.RMS_NORM) for case in op.bad_cases()]
+
+
+@pytest.mark.parametrize("op,case", BAD_CASES)
+def test_spec_bad_cases_raise(op, case):
+    with pytest.raises(Exception) as info:
+        _run(_bad_model(op, case), op, case.inputs)
+    message = str(info.value)
+    for part in case.mentions:
+        assert part in message, message
+    assert 'node "bad_node"' in message, message
+
+
+EXACT = [
+    ("RMSNorm", (np.ones((2, 64), np.float32), np.ones(32, np.float32)), {},
+     spec.error("RMSNorm", "W", "1-D tensor of length 64 (last dim of X)", "shape [32]")),
+    ("RMSNorm", (np.ones((2, 4), np.float32), np.ones((1, 4), np.float32)), {},
+     spec.error("RMSNorm", "W", "1-D tensor of length 4 (last dim of X)", "shape [1, 4]")),
+    ("RMSNorm", (np.array(1.0, np.float32), np.ones(4, np.float32)), {},
+     spec.error("RMSNorm", "X", "tensor of rank >= 1", "a rank-0 tensor (scalar)")),
+    ("RMSNorm", (np.ones((2, 4), np.float32), np.ones(4, np.float64)), {},
+     spec.error("RMSNorm", "W", "float32 tensor (same type as X)", "float64 tensor")),
+    ("RMSNorm", (np.ones((2, 4), np.int32), np.ones(4, np.float32)), {},
+     spec.error("RMSNorm", "X", "float32, float64 or bfloat16 tensor", "int32 tensor")),
+    ("Swish", (np.ones((2, 4), np.int32),), {},
+     spec.error("Swish", "X", "float32, float64 or bfloat16 tensor", "int32 tensor")),
+    ("Swish", (np.ones(3, np.float32),), {"beta": float("inf")},
+     spec.error("Swish", "beta", "a finite float", "inf")),
+    ("RMSNorm", (np.ones((2, 4), np.float32), np.ones(4, np.float32)), {"epsilon": -1e-3},
+     spec.error("RMSNorm", "epsilon", "a finite float >= 0", "-0.001")),
+    ("RMSNorm", (np.ones((2, 4), np.float32), np.ones(4, np.float32)), {"epsilon": float("nan")},
+     spec.error("RMSNorm", "epsilon", "a finite float >= 0", "nan")),
+]
+
+
+@pytest.mark.parametrize("op_name,inputs,attrs,expected", EXACT, ids=[e[3].split(": ", 1)[1][:40] for e in EXACT])
+def test_canonical_message(op_name, inputs, attrs, expected):
+    op = spec.OPS[op_name]
+    with pytest.raises(Exception) as info:
+        _run(_bad_model(op, spec.BadCase("x", inputs, attrs, ())), op, inputs)
+    assert f'{expected} (node "bad_node")' in str(info.value)
+
+
+def test_int_attribute_is_rejected_not_ignored():
+    from onnx import helper
+
+    node = helper.make_node("Swish", ["X"], ["Y"], domain="opforge", name="int_beta", beta=2)  # INT attribute
+    model = make_model([node], [value_info("X", "float32", 1)], [value_info("Y", "float32", None)])
+    with pytest.raises(Exception, match=r"opforge\.Swish: beta: expected a float attribute, got an int attribute \(2\)"):
+        session(model)
+
+
+def test_process_survives_and_session_still_works_after_errors():
+    sess = session(single_op_model("RMSNorm", "float32", 2))
+    x = np.ones((3, 8), np.float32)
+    for _ in range(3):
+        with pytest.raises(Exception, match="opforge.RMSNorm: W"):
+            sess.run(None, {"X": x, "W": np.ones(7, np.float32)})
+    (y,) = sess.run(None, {"X": x, "W": np.ones(8, np.float32)})
+    spec.RMS_NORM.check_close(y, spec.RMS_NORM.reference(x, np.ones(8)), "float32")

@@ -1,0 +1,187 @@
+"""opforge::Swish and opforge::RMSNorm in ONNX Runtime against opforge_spec's float64 references."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import opforge_spec as spec
+from ort_models import (initializer, make_model, opforge_node, opsets, session, single_op_model,
+                         value_info)
+
+CPU_DTYPES = ("float32", "float64", "bfloat16")
+
+
+def _cases(op_name):
+    op = spec.OPS[op_name]
+    return [pytest.param(dtype, case, id=f"{dtype}-{case.name}") for dtype in CPU_DTYPES
+            for case in op.cases(dtype)]
+
+
+def _feed(array, dtype, non_contiguous=False):
+    a = np.asarray(array, dtype=np.float32 if dtype == "bfloat16" else dtype)
+    return spec.strided(a) if non_contiguous else a
+
+
+@pytest.mark.parametrize("dtype,case", _cases("Swish"))
+def test_swish_matches_reference(dtype, case):
+    (x,) = case.inputs
+    sess = session(single_op_model("Swish", dtype, np.ndim(x), **case.attrs))
+    (y,) = sess.run(None, {"X": _feed(x, dtype, case.non_contiguous)})
+    spec.SWISH.check_close(y, spec.SWISH.reference(x, **case.attrs), dtype, (x,), case.name)
+
+
+@pytest.mark.parametrize("w_source", ["input", "initializer"])
+@pytest.mark.parametrize("dtype,case", _cases("RMSNorm"))
+def test_rms_norm_matches_reference(dtype, case, w_source):
+    x, w = case.inputs
+    baked = np.asarray(w) if w_source == "initializer" else None
+    sess = session(single_op_model("RMSNorm", dtype, np.ndim(x), w_as_initializer=baked, **case.attrs))
+    feeds = {"X": _feed(x, dtype, case.non_contiguous)}
+    if baked is None:
+        feeds["W"] = _feed(w, dtype)
+    (y,) = sess.run(None, feeds)
+    spec.RMS_NORM.check_close(y, spec.RMS_NORM.reference(x, w, **case.attrs), dtype, (x,), case.name)
+
+
+# ---- a chain: Swish(beta) -> standard ops -> RMSNorm ---------------------------------------------
+
+BETA, EPS, SCALE = 1.7, 1e-5, 0.5
+
+
+def chain_model(rank: int, opset: int, w_source: str, w: np.ndarray) -> bytes:
+    """Y = RMSNorm(X + SCALE * Swish(X, BETA), W, EPS), all dims dynamic."""
+    nodes = [
+        opforge_node("Swish", ["X"], ["S"], name="swish", beta=BETA),
+        helper.make_node("Mul", ["S", "scale"], ["T"], name="scale"),
+        helper.make_node("Add", ["X", "T"], ["U"], name="residual"),
+        opforge_node("RMSNorm", ["U", "W"], ["Y"], name="rms", epsilon=EPS),
+    ]
+    inputs = [value_info("X", "float32", rank)]
+    inits = [initializer("scale", np.array(SCALE, np.float32))]
+    if w_source == "initializer":
+        inits.append(initializer("W", w.astype(np.float32)))
+    else:
+        inputs.append(value_info("W", "float32", 1, prefix="c"))
+    return make_model(nodes, inputs, [value_info("Y", "float32", rank)], inits, opset=opset)
+
+
+def chain_reference(x, w):
+    x = np.asarray(x, np.float64)
+    u = x + SCALE * spec.SWISH.reference(x, beta=BETA)
+    return spec.RMS_NORM.reference(u, w, epsilon=EPS)
+
+
+def chain_inputs(rng):
+    """(name, X) pairs covering ranks 2-4, empty tensors, zero rows, +-1e4 and NaN."""
+    zero_rows = rng.standard_normal((4, 24))
+    zero_rows[[0, 2]] = 0.0
+    huge = rng.choice([-1e4, 1e4], (3, 16))
+    nan = rng.standard_normal((2, 3, 8))
+    nan[1, 2, 5] = np.nan
+    return [
+        ("rank2", rng.standard_normal((5, 32))),
+        ("rank3", rng.standard_normal((2, 7, 48))),
+        ("rank4", rng.standard_normal((2, 3, 4, 16))),
+        ("rank4_wide", rng.standard_normal((1, 2, 64, 1031))),  # enough work for the thread pool
+        ("zero_rows", zero_rows),
+        ("pm_1e4", huge),
+        ("nan", nan),
+        ("empty_rows", np.zeros((0, 16))),
+        ("empty_rank3", np.zeros((3, 0, 16))),
+        ("empty_rank4", np.zeros((2, 0, 5, 16))),
+    ]
+
+
+@pytest.mark.parametrize("w_source", ["initializer", "input"])
+@pytest.mark.parametrize("opset", opsets())
+def test_chain_matches_reference(opset, w_source):
+    rng = np.random.default_rng(7)
+    per_rank = {}  # W as graph input: one session per rank serves every shape (dynamic dims)
+    for name, x in chain_inputs(rng):
+        x = x.astype(np.float32)
+        w = rng.uniform(0.5, 1.5, x.shape[-1]).astype(np.float32)
+        if w_source == "initializer":
+            sess = session(chain_model(x.ndim, opset, w_source, w))
+        else:
+            if x.ndim not in per_rank:
+                per_rank[x.ndim] = session(chain_model(x.ndim, opset, w_source, w))
+            sess = per_rank[x.ndim]
+        feeds = {"X": x} if w_source == "initializer" else {"X": x, "W": w}
+        (y,) = sess.run(None, feeds)
+        assert y.shape == x.shape and y.dtype == np.float32
+        # RMSNorm's tolerance: the fp32 Swish/Mul/Add before it round once each (~1e-7 relative).
+        spec.RMS_NORM.check_close(y, chain_reference(x, w), "float32", (x,), f"chain {name}")
+
+
+def test_chain_session_reused_across_shapes():
+    """One session (dynamic dims), inputs of different shapes and ranks' sizes in turn."""
+    rng = np.random.default_rng(3)
+    w = rng.uniform(0.5, 1.5, 16).astype(np.float32)
+    sess = session(chain_model(3, 17, "input", w))
+    for shape in [(1, 1, 16), (4, 9, 16), (0, 2, 16), (2, 0, 16), (7, 3, 16)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (y,) = sess.run(None, {"X": x, "W": w})
+        spec.RMS_NORM.check_close(y, chain_reference(x, w), "float32", (x,), f"shape {shape}")
+
+
+# ---- threads -------------------------------------------------------------------------------------
+
+def test_same_session_from_8_threads_gives_identical_results():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 4, 64, 257)).astype(np.float32)  # > one chunk: ORT's pool splits it
+    w = rng.uniform(0.5, 1.5, 257).astype(np.float32)
+    sess = session(chain_model(4, 17, "input", w), threads=2)
+    (expected,) = sess.run(None, {"X": x, "W": w})
+    results, errors = [], []
+
+    def worker(seed):
+        try:
+            local_rng = np.random.default_rng(seed)
+            for _ in range(5):
+                other = local_rng.standard_normal((3, 5, 257)).astype(np.float32)  # interleave other shapes
+                sess.run(None, {"X": other[None], "W": w})
+                results.append(sess.run(None, {"X": x, "W": w})[0])
+        except Exception as exc:  # surfaced below; a thread's exception would otherwise vanish
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 40
+    for r in results:
+        np.testing.assert_array_equal(r, expected)
+    spec.RMS_NORM.check_close(expected, chain_reference(x, w), "float32", (x,), "threaded")
+
+
+@pytest.mark.parametrize("op", ["Swish", "RMSNorm"])
+def test_thread_pool_split_matches_single_thread(op):
+    """Chunking over the intra-op pool must give bit-identical results to one thread."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 515)).astype(np.float32)
+    feeds = {"X": x} if op == "Swish" else {"X": x, "W": rng.uniform(0.5, 1.5, 515).astype(np.float32)}
+    model = single_op_model(op, "float32", 2, beta=0.9) if op == "Swish" else single_op_model(op, "float32", 2)
+    one = session(model, threads=1).run(None, feeds)[0]
+    many = session(model, threads=2).run(None, feeds)[0]
+    np.testing.assert_array_equal(one, many)
+
+
+def test_output_type_and_shape_follow_x():
+    sess = session(single_op_model("RMSNorm", "float64", 3))
+    x = np.ones((2, 3, 4))
+    w = np.full(4, 2.0)
+    (y,) = sess.run(None, {"X": x, "W": w})
+    assert y.dtype == np.float64 and y.shape == (2, 3, 4)
+    spec.RMS_NORM.check_close(y, spec.RMS_NORM.reference(x, w), "float64")
+
+
+def test_bfloat16_output_is_bfloat16_rounded():
+    """The bfloat16 kernels really run in bfloat16 (the Cast back gives bf16-representable values)."""
+    x = np.array([[1.2345678, -2.3456789, 0.1]], np.float32)
+    (y,) = session(single_op_model("Swish", "bfloat16", 2)).run(None, {"X": spec.round_to("bfloat16", x)})
+    assert np.array_equal(spec.round_to("bfloat16", y), y)
