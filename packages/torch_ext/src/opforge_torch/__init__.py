@@ -1,0 +1,76 @@
+"""opforge Swish and RMSNorm as PyTorch operators.
+
+Importing this package loads ``libopforge_torch.so.1`` (which registers ``torch.ops.opforge.swish``,
+``rms_norm`` and their backward ops), then adds fake kernels, autograd and ONNX export symbolics.
+"""
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+__all__ = ["library_path", "build_info", "swish", "rms_norm"]
+__version__ = "0.1.0"
+
+_HERE = Path(__file__).resolve().parent
+_LIB_NAME = "libopforge_torch.so.1"
+_REBUILD = "pip install --no-build-isolation --force-reinstall ./packages/torch_ext"
+
+
+def library_path() -> str:
+    """Absolute path of libopforge_torch.so.1 (loadable with ``torch.ops.load_library``)."""
+    return str(_HERE / _LIB_NAME)
+
+
+@lru_cache(maxsize=1)
+def build_info() -> dict:
+    """What the library was built with: torch_built_against, torch_min, cuda, archs, cxx11_abi, variant."""
+    return json.loads((_HERE / "_build_info.json").read_text())
+
+
+def _release(version: str) -> tuple:
+    return tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+
+
+def _cuda_major(version):
+    return None if version is None else version.split(".")[0]
+
+
+def _check_compatible(info: dict) -> None:
+    """Refuses a torch this binary cannot serve, naming both sides and the fix."""
+    built = f"variant {info['variant']}, built against torch {info['torch_built_against']}"
+    if _release(torch.__version__) < _release(info["torch_min"]):
+        raise ImportError(
+            f"opforge_torch: this build ({built}) needs torch >= {info['torch_min']}, "
+            f"but torch {torch.__version__} is installed. Fix: upgrade torch, or rebuild "
+            f"against it: {_REBUILD}"
+        )
+    if info["cuda"] and _cuda_major(torch.version.cuda) != _cuda_major(info["cuda"]):
+        found = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU build"
+        raise ImportError(
+            f"opforge_torch: this build ({built}) contains CUDA {info['cuda']} kernels, but "
+            f"torch {torch.__version__} is {found}. Fix: install a torch built for CUDA "
+            f"{_cuda_major(info['cuda'])}.x, or rebuild against this torch: {_REBUILD}"
+        )
+
+
+def _load() -> None:
+    info = build_info()
+    _check_compatible(info)
+    try:
+        torch.ops.load_library(library_path())
+    except OSError as err:
+        raise ImportError(
+            f"opforge_torch: cannot load {library_path()} (variant {info['variant']}, built "
+            f"against torch {info['torch_built_against']}, cxx11_abi={info['cxx11_abi']}) into "
+            f"torch {torch.__version__} (cxx11_abi={torch._C._GLIBCXX_USE_CXX11_ABI}): {err}. "
+            f"Fix: {_REBUILD}"
+        ) from err
+
+
+_load()
+
+from . import ops  # noqa: E402  (needs the library's schemas)
+from . import onnx  # noqa: E402,F401  (registers the TorchScript exporter symbolics)
+from .ops import rms_norm, swish  # noqa: E402

@@ -1,0 +1,188 @@
+"""ONNX export of the opforge ops: one ``opforge::Swish`` / ``opforge::RMSNorm`` node per call.
+
+- TorchScript exporter (``dynamo=False``): symbolics registered on import; export with
+  ``custom_opsets={"opforge": 1}``.
+- Dynamo exporter (``dynamo=True``, torch's default since 2.9): pass
+  ``custom_translation_table=custom_translation_table()``; needs onnxscript.
+- :func:`export` wraps both. ``decomposed=True`` emits standard ONNX ops instead (valid for
+  opsets 13..21), for runtimes without the opforge kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.onnx import symbolic_helper
+
+DOMAIN = "opforge"
+DOMAIN_VERSION = 1
+OPSET_RANGE = (13, 21)  # standard-ONNX opsets the decomposed graphs are written for
+DYNAMO_MIN_OPSET = 18  # the dynamo exporter refuses lower targets
+_FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
+
+_state = {"decomposed": False}
+
+
+# --------------------------------------------------------------------------------------------
+# TorchScript exporter
+# --------------------------------------------------------------------------------------------
+# TorchScript scalar type names -> torch dtypes (ONNX arithmetic does not promote, so constants
+# must carry X's dtype).
+_TS_DTYPES = {"Float": torch.float32, "Double": torch.float64, "Half": torch.float16,
+              "BFloat16": torch.bfloat16}
+
+
+def _ts_dtype(value):
+    return _TS_DTYPES.get(value.type().scalarType(), torch.float32)
+
+
+def _ts_constant(g, number, like):
+    return g.op("Constant", value_t=torch.tensor(number, dtype=_ts_dtype(like)))
+
+
+@symbolic_helper.parse_args("v", "f")
+def _ts_swish(g, x, beta):
+    if not _state["decomposed"]:
+        return g.op(f"{DOMAIN}::Swish", x, beta_f=beta).setType(x.type())
+    scaled = x if beta == 1.0 else g.op("Mul", x, _ts_constant(g, beta, x))
+    return g.op("Mul", x, g.op("Sigmoid", scaled))
+
+
+@symbolic_helper.parse_args("v", "v", "f")
+def _ts_rms_norm(g, x, weight, epsilon):
+    if not _state["decomposed"]:
+        return g.op(f"{DOMAIN}::RMSNorm", x, weight, epsilon_f=epsilon).setType(x.type())
+    square = g.op("Pow", x, _ts_constant(g, 2.0, x))
+    if g.opset >= 18:  # ReduceMean's axes moved from attribute to input at opset 18
+        axes = g.op("Constant", value_t=torch.tensor([-1], dtype=torch.int64))
+        mean = g.op("ReduceMean", square, axes, keepdims_i=1)
+    else:
+        mean = g.op("ReduceMean", square, axes_i=[-1], keepdims_i=1)
+    shifted = g.op("Add", mean, _ts_constant(g, epsilon, x))
+    if epsilon == 0.0:  # keep rows of zeros exact (0/0 otherwise); only subnormal rows differ
+        shifted = g.op("Max", shifted, _ts_constant(g, torch.finfo(_ts_dtype(x)).tiny, x))
+    return g.op("Mul", g.op("Div", x, g.op("Sqrt", shifted)), weight)
+
+
+def _register_torchscript_symbolics():
+    from torch.onnx import register_custom_op_symbolic
+
+    register_custom_op_symbolic(f"{DOMAIN}::swish", _ts_swish, OPSET_RANGE[0])
+    register_custom_op_symbolic(f"{DOMAIN}::rms_norm", _ts_rms_norm, OPSET_RANGE[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Dynamo exporter
+# --------------------------------------------------------------------------------------------
+def register_onnx_schemas():
+    """Registers the opforge ONNX schemas in-process (onnxscript refuses ops without one)."""
+    from onnx import defs, helper
+
+    if defs.has("Swish", DOMAIN_VERSION, DOMAIN):
+        return
+    param = defs.OpSchema.FormalParameter
+    tc = [("T", list(_FLOAT_TYPES), "floating-point tensors")]
+
+    def schema(name, inputs, attr, default, doc):
+        return defs.OpSchema(
+            name, DOMAIN, DOMAIN_VERSION, doc=doc,
+            inputs=[param(n, "T") for n in inputs], outputs=[param("Y", "T")],
+            type_constraints=tc,
+            attributes=[defs.OpSchema.Attribute(attr, helper.make_attribute(attr, default), attr)],
+        )
+
+    defs.register_schema(schema("Swish", ["X"], "beta", 1.0, "Y = X * sigmoid(beta * X)"))
+    defs.register_schema(schema(
+        "RMSNorm", ["X", "W"], "epsilon", 1e-6,
+        "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W"))
+
+
+def custom_translation_table(*, decomposed: bool = False) -> dict:
+    """``{torch op overload: onnxscript function}`` for the dynamo exporter.
+
+    One opforge node per call, or (``decomposed=True``) standard ONNX ops written for opset 18,
+    whose schemas are unchanged up to opset 21 (the dynamo exporter writes opset >= 18 only).
+    """
+    return _decomposed_table() if decomposed else _opforge_table()
+
+
+def _opforge_table():
+    import onnxscript
+
+    register_onnx_schemas()
+    opforge = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)
+
+    def swish(x, beta: float = 1.0):
+        return opforge.Swish(x, beta=float(beta))
+
+    def rms_norm(x, weight, epsilon: float = 1e-6):
+        return opforge.RMSNorm(x, weight, epsilon=float(epsilon))
+
+    return {torch.ops.opforge.swish.default: swish, torch.ops.opforge.rms_norm.default: rms_norm}
+
+
+def _decomposed_table():
+    from onnxscript import opset18 as op
+
+    def scalar_like(value, x):
+        return op.CastLike(op.Constant(value_float=float(value)), x)
+
+    def swish(x, beta: float = 1.0):
+        scaled = x if beta == 1.0 else op.Mul(x, scalar_like(beta, x))
+        return op.Mul(x, op.Sigmoid(scaled))
+
+    def rms_norm(x, weight, epsilon: float = 1e-6):
+        square = op.Pow(x, scalar_like(2.0, x))
+        mean = op.ReduceMean(square, op.Constant(value_ints=[-1]), keepdims=1)
+        shifted = op.Add(mean, scalar_like(epsilon, x))
+        if epsilon == 0.0:  # keep rows of zeros exact (0/0 otherwise); only subnormal rows differ
+            shifted = op.Max(shifted, scalar_like(torch.finfo(torch.float32).tiny, x))
+        return op.Mul(op.Div(x, op.Sqrt(shifted)), weight)
+
+    return {torch.ops.opforge.swish.default: swish, torch.ops.opforge.rms_norm.default: rms_norm}
+
+
+# --------------------------------------------------------------------------------------------
+# One entry point
+# --------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _decomposed(on: bool):
+    previous, _state["decomposed"] = _state["decomposed"], on
+    try:
+        yield
+    finally:
+        _state["decomposed"] = previous
+
+
+def export(model, args, path, *, decomposed: bool = False, dynamo: bool | None = None, **kw):
+    """Exports ``model(*args)`` to ``path`` and returns ``path``.
+
+    ``dynamo=None`` (default) picks torch's recommended dynamo exporter (torch.export + the custom
+    translation table), except for ``opset_version`` < 18, which only the TorchScript exporter
+    writes; ``dynamo=False`` forces the TorchScript exporter (registered symbolics).
+    ``decomposed=True`` writes standard ONNX ops only. Other keywords (``opset_version``,
+    ``input_names``, ``dynamic_axes`` / ``dynamic_shapes``, ...) go to ``torch.onnx.export``.
+    """
+    args = args if isinstance(args, tuple) else (args,)
+    opset = kw.get("opset_version")
+    if dynamo is None:
+        dynamo = opset is None or opset >= DYNAMO_MIN_OPSET
+    if dynamo and opset is not None and opset < DYNAMO_MIN_OPSET:
+        raise ValueError(
+            f"opforge_torch.onnx.export: opset_version: expected >= {DYNAMO_MIN_OPSET} with the "
+            f"dynamo exporter, got {opset}; pass dynamo=False (TorchScript exporter) for opsets "
+            f"{OPSET_RANGE[0]}..{DYNAMO_MIN_OPSET - 1}")
+    if dynamo:
+        table = {**custom_translation_table(decomposed=decomposed),
+                 **kw.pop("custom_translation_table", {})}
+        torch.onnx.export(model, args, path, dynamo=True, custom_translation_table=table, **kw)
+        return path
+    with _decomposed(decomposed):
+        custom = {} if decomposed else {DOMAIN: DOMAIN_VERSION}
+        kw["custom_opsets"] = {**custom, **kw.get("custom_opsets", {})}
+        torch.onnx.export(model, args, path, dynamo=False, **kw)
+    return path
+
+
+_register_torchscript_symbolics()

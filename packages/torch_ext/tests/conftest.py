@@ -1,0 +1,39 @@
+"""Shared helpers: numpy (opforge_spec) <-> torch, devices, dtypes."""
+
+import numpy as np
+import opforge_spec as spec
+import pytest
+import torch
+
+import opforge_torch  # noqa: F401  (registers the ops)
+
+TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
+                "float16": torch.float16, "bfloat16": torch.bfloat16}
+CPU_DTYPES = ("float32", "float64", "bfloat16")
+CUDA_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def to_torch(array, dtype: str, device="cpu", non_contiguous=False) -> torch.Tensor:
+    """Exact conversion of a spec array (bfloat16 arrives as float32 holding bf16 values)."""
+    t = torch.from_numpy(np.array(array, dtype=np.float64)).to(TORCH_DTYPES[dtype])
+    t = t.to(device)
+    if non_contiguous and t.dim() > 0:
+        wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=device)
+        wide[..., ::2] = t
+        t = wide[..., ::2]
+        assert not t.is_contiguous() or t.numel() <= 1
+    return t
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().to(torch.float64).numpy()
+
+
+def run_op(op: spec.OpSpec, inputs, attrs):
+    fn = getattr(torch.ops.opforge, op.torch_name)
+    return fn(*inputs, *(attrs.get(k, a.default) for k, a in op.attributes.items()))
+
+
+def require_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU: CUDA kernels are compiled here but can only run on a GPU machine")

@@ -1,0 +1,92 @@
+"""Results against the opforge_spec float64 reference for every spec case and dtype."""
+
+import numpy as np
+import opforge_spec as spec
+import pytest
+import torch
+from conftest import CPU_DTYPES, CUDA_DTYPES, require_cuda, run_op, to_numpy, to_torch
+
+
+def _cases(dtypes):
+    for op in spec.OPS.values():
+        for dtype in dtypes:
+            for case in op.cases(dtype):
+                yield pytest.param(op, dtype, case, id=f"{op.name}-{dtype}-{case.name}")
+
+
+def _check(op, dtype, case, device):
+    inputs = [to_torch(a, dtype, device, case.non_contiguous) for a in case.inputs]
+    if op.name == "RMSNorm" and inputs[0].dim() == 0:
+        pytest.skip("rank 0 is an error for RMSNorm (tested in test_errors)")
+    actual = run_op(op, inputs, case.attrs)
+    assert actual.shape == inputs[0].shape and actual.dtype == inputs[0].dtype
+    expected = op.reference(*case.inputs, **case.attrs)
+    op.check_close(to_numpy(actual), expected, dtype, inputs=case.inputs, label=case.name)
+
+
+@pytest.mark.parametrize("op,dtype,case", list(_cases(CPU_DTYPES)))
+def test_cpu_matches_reference(op, dtype, case):
+    _check(op, dtype, case, "cpu")
+
+
+# Without a GPU one skip stands for all CUDA cases.
+_CUDA_CASES = list(_cases(CUDA_DTYPES)) if torch.cuda.is_available() else [
+    pytest.param(None, None, None, id="all-cases")]
+
+
+@pytest.mark.parametrize("op,dtype,case", _CUDA_CASES)
+def test_cuda_matches_reference(op, dtype, case):
+    require_cuda()
+    _check(op, dtype, case, "cuda")
+
+
+def _rms_norm_grads64(x, w, eps):
+    """dX, dW of sum(Y * G) from torch autograd on the composed float64 formula."""
+    x = x.detach().double().requires_grad_()
+    w = w.detach().double().requires_grad_()
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+    g = torch.linspace(-1, 1, y.numel(), dtype=torch.float64).reshape(y.shape)
+    dx, dw = torch.autograd.grad((y * g).sum(), (x, w))
+    return g, dx, dw
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", [("float32", 1e-4, 1e-5), ("bfloat16", 3e-2, 1e-2)])
+@pytest.mark.parametrize("shape", [(300, 257), (3, 5, 8)], ids=["multi-block", "small"])
+def test_rms_norm_backward_against_composed(dtype, rtol, atol, shape):
+    torch.manual_seed(0)
+    x = torch.randn(*shape, dtype=torch.float64)
+    w = torch.rand(shape[-1], dtype=torch.float64) + 0.5
+    g, dx64, dw64 = _rms_norm_grads64(x, w, 1e-5)
+    cast = lambda t: t.to(getattr(torch, dtype))  # noqa: E731
+    dx, dw = torch.ops.opforge.rms_norm_backward(cast(g), cast(x), cast(w), 1e-5)
+    # bf16 inputs are rounded, so compare against the reference on the rounded values.
+    if dtype == "bfloat16":
+        g, dx64, dw64 = _rms_norm_grads64(cast(x), cast(w), 1e-5)
+    torch.testing.assert_close(dx.double(), dx64, rtol=rtol, atol=atol)
+    torch.testing.assert_close(dw.double(), dw64, rtol=rtol, atol=atol * shape[0])
+
+
+def test_swish_backward_against_composed():
+    x = torch.randn(70000, dtype=torch.float64)  # > one parallel_for grain
+    g = torch.randn_like(x)
+    xr = x.clone().requires_grad_()
+    (expected,) = torch.autograd.grad((xr * torch.sigmoid(1.3 * xr) * g).sum(), xr)
+    got = torch.ops.opforge.swish_backward(g.float(), x.float(), 1.3)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_non_contiguous_transposed_input():
+    x = torch.randn(16, 24).t()  # not a strided slice: a transpose
+    w = torch.rand(16) + 0.5
+    assert not x.is_contiguous()
+    torch.testing.assert_close(torch.ops.opforge.swish(x, 0.7), x * torch.sigmoid(0.7 * x))
+    ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    torch.testing.assert_close(torch.ops.opforge.rms_norm(x, w, 1e-6), ref)
+
+
+def test_empty_gradients():
+    x = torch.zeros(0, 8, requires_grad=True)
+    w = torch.ones(8, requires_grad=True)
+    torch.ops.opforge.rms_norm(x, w, 1e-6).sum().backward()
+    assert x.grad.shape == (0, 8) and torch.equal(w.grad, torch.zeros(8))
+    np.testing.assert_array_equal(to_numpy(torch.ops.opforge.swish(torch.zeros(0), 1.0)), [])

@@ -1,0 +1,145 @@
+"""The torch integration: opcheck, gradcheck, torch.compile, torch.export, errors."""
+
+import opforge_spec as spec
+import pytest
+import torch
+from conftest import require_cuda, run_op
+
+import opforge_torch
+
+
+def _rms_inputs(device="cpu", dtype=torch.float32, shape=(3, 5, 16)):
+    x = torch.randn(*shape, device=device, dtype=dtype, requires_grad=True)
+    w = (torch.rand(shape[-1], device=device, dtype=dtype) + 0.5).requires_grad_()
+    return x, w
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_opcheck(device):
+    if device == "cuda":
+        require_cuda()
+    torch.manual_seed(0)
+    x, w = _rms_inputs(device)
+    samples = [
+        (torch.ops.opforge.swish.default, (x, 1.5)),
+        (torch.ops.opforge.swish.default, (x.detach()[..., ::2], -0.5)),
+        (torch.ops.opforge.rms_norm.default, (x, w, 1e-5)),
+        (torch.ops.opforge.rms_norm.default, (x.detach().transpose(0, 1), w.detach(), 0.0)),
+        (torch.ops.opforge.swish_backward.default, (torch.randn_like(x), x.detach(), 1.5)),
+        (torch.ops.opforge.rms_norm_backward.default,
+         (torch.randn_like(x), x.detach(), w.detach(), 1e-5)),
+    ]
+    for op, args in samples:
+        torch.library.opcheck(op, args)
+
+
+def test_gradcheck_float64():
+    torch.manual_seed(0)
+    x, w = _rms_inputs(dtype=torch.float64, shape=(4, 7))
+    assert torch.autograd.gradcheck(lambda a: opforge_torch.swish(a, 1.3), (x,))
+    assert torch.autograd.gradcheck(lambda a: opforge_torch.swish(a, 0.0), (x,))
+    assert torch.autograd.gradcheck(lambda a, b: opforge_torch.rms_norm(a, b, 1e-5), (x, w))
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, dim=16):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x):
+        return opforge_torch.rms_norm(opforge_torch.swish(x, 1.702), self.weight, 1e-6) * 2.0
+
+
+def test_torch_compile_fullgraph_forward_and_backward():
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = _Block()
+    x = torch.randn(4, 16, requires_grad=True)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    expected = model(x)
+    got = compiled(x)
+    torch.testing.assert_close(got, expected)
+    (gx,) = torch.autograd.grad(got.sum(), x)
+    (ex,) = torch.autograd.grad(expected.sum(), x)
+    torch.testing.assert_close(gx, ex)
+
+
+def test_torch_compile_inductor():
+    torch._dynamo.reset()
+    model = _Block()
+    x = torch.randn(2, 3, 16)
+    torch.testing.assert_close(torch.compile(model, fullgraph=True)(x), model(x))
+
+
+def test_torch_export_keeps_one_node_per_call():
+    model = _Block()
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(model, (torch.randn(4, 16),), dynamic_shapes={"x": {0: batch}})
+    targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.opforge.swish.default) == 1
+    assert targets.count(torch.ops.opforge.rms_norm.default) == 1
+    x = torch.randn(7, 16)
+    torch.testing.assert_close(program.module()(x), model(x))
+
+
+@pytest.mark.parametrize("case", [c for op in spec.OPS.values() for c in op.bad_cases()],
+                         ids=lambda c: c.name)
+def test_spec_bad_cases_raise_runtime_error(case):
+    op = spec.SWISH if case.mentions[0] == "opforge.Swish" else spec.RMS_NORM
+    inputs = [torch.from_numpy(a) for a in case.inputs]
+    with pytest.raises(RuntimeError) as info:
+        run_op(op, inputs, case.attrs)
+    for text in case.mentions:
+        assert text in str(info.value)
+
+
+X = torch.ones(2, 64)
+W = torch.ones(64)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: opforge_torch.swish(torch.ones(3, dtype=torch.int64)),
+     spec.error("Swish", "X", "float32, float64 or bfloat16 tensor on CPU", "int64")),
+    (lambda: opforge_torch.swish(torch.ones(3, dtype=torch.float16)),
+     spec.error("Swish", "X", "float32, float64 or bfloat16 tensor on CPU", "float16")),
+    (lambda: opforge_torch.swish(X, float("inf")),
+     spec.error("Swish", "beta", "a finite value", "inf")),
+    (lambda: opforge_torch.rms_norm(torch.tensor(1.0), W),
+     spec.error("RMSNorm", "X", "a tensor of rank >= 1", "rank 0")),
+    (lambda: opforge_torch.rms_norm(X, torch.ones(32)),
+     spec.error("RMSNorm", "W", "1-D tensor of length 64 (last dim of X)", "shape [32]")),
+    (lambda: opforge_torch.rms_norm(X, torch.ones(1, 64)),
+     spec.error("RMSNorm", "W", "1-D tensor of length 64 (last dim of X)", "shape [1, 64]")),
+    (lambda: opforge_torch.rms_norm(X, W.double()),
+     spec.error("RMSNorm", "W", "dtype float32 (dtype of X)", "float64")),
+    (lambda: opforge_torch.rms_norm(X, W, float("nan")),
+     spec.error("RMSNorm", "epsilon", "a finite value >= 0", "nan")),
+    (lambda: opforge_torch.rms_norm(X, W, -1e-6),
+     spec.error("RMSNorm", "epsilon", "a finite value >= 0", "-1e-06")),
+    (lambda: torch.ops.opforge.swish_backward(torch.ones(3), X, 1.0),
+     spec.error("Swish", "dY", "shape [2, 64] (shape of X)", "[3]")),
+    (lambda: torch.ops.opforge.rms_norm_backward(X.double(), X, W, 1e-6),
+     spec.error("RMSNorm", "dY", "dtype float32 (dtype of X)", "float64")),
+], ids=["int64", "float16-cpu", "beta-inf", "rank0", "w-length", "w-rank", "w-dtype", "eps-nan",
+        "eps-negative", "dy-shape", "dy-dtype"])
+def test_errors_use_the_canonical_message(call, message):
+    with pytest.raises(RuntimeError) as info:
+        call()
+    assert message in str(info.value)
+
+
+def test_weight_on_another_device():
+    require_cuda()
+    with pytest.raises(RuntimeError, match="opforge.RMSNorm: W: expected a tensor on cuda:0"):
+        opforge_torch.rms_norm(X.cuda(), W, 1e-6)
+
+
+def test_cuda_dtypes_and_autograd():
+    require_cuda()
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x, w = _rms_inputs("cuda", dtype)
+        y = opforge_torch.rms_norm(opforge_torch.swish(x, 1.0), w)
+        y.float().sum().backward()
+        assert x.grad.dtype == dtype and w.grad.dtype == dtype
+    with pytest.raises(RuntimeError, match="float32, float16 or bfloat16 tensor on CUDA, got float64"):
+        opforge_torch.swish(torch.ones(2, device="cuda", dtype=torch.float64))
