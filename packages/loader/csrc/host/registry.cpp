@@ -1,0 +1,528 @@
+#include "registry.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#ifndef OPFORGE_LOADER_VERSION
+#define OPFORGE_LOADER_VERSION "0.0.0"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace opforge::loader {
+
+// ---------------------------------------------------------------------------------------------
+// logging
+
+void Logger::set(OpforgeLogFn fn, void* user) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fn_ = fn;
+  user_ = user;
+}
+
+void Logger::log(int32_t level, const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fn_) { fn_(user_, level, line.c_str()); return; }
+  const char* env = std::getenv("OPFORGE_LOADER_LOG");
+  if (env && *env && std::strcmp(env, "0") != 0) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+const char* state_name(int32_t state) {
+  static const char* names[] = {"Loaded", "Registered", "Initializing", "Running", "Unregistering"};
+  return state >= 0 && state <= 4 ? names[state] : "?";
+}
+
+namespace {
+
+std::string op_label(const OpforgeOpDef* def) {
+  return std::string(def->domain ? def->domain : "") + "::" + def->name + "@" + std::to_string(def->version_major);
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) { if (c == '"' || c == '\\') out.push_back('\\'); out.push_back(c); }
+  return out + "\"";
+}
+
+}  // namespace
+
+void OpEntry::transition(int32_t to) {
+  int32_t from = state.exchange(to);
+  lib->log->log(OPFORGE_LOG_INFO, "opforge-loader state plugin=" + lib->name + " version=" + lib->version +
+                                      " op=" + op_label(def) + " from=" + (from == to ? "-" : state_name(from)) +
+                                      " to=" + state_name(to) + " refs=" + std::to_string(refs()));
+}
+
+void OpEntry::release() {
+  if (count.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+Library::~Library() {
+  if (initialized && plugin && plugin->unload) plugin->unload();
+  if (handle) ::dlclose(handle);
+  log->log(OPFORGE_LOG_INFO, "opforge-loader dlclose plugin=" + name + " version=" + version + " file=" + path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// load helpers
+
+namespace {
+
+// glibc returns the already-mapped object for a path it has open, so a file replaced in
+// place is opened through a private copy (hashed after copying: what we hash is what we map).
+bool snapshot_copy(const std::string& src, std::string& out, std::string& reason) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : P_tmpdir) + "/opforge-loader-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data())) { reason = "cannot create snapshot directory: " + std::string(std::strerror(errno)); return false; }
+  out = std::string(buf.data()) + "/" + fs::path(src).filename().string();
+  std::error_code ec;
+  fs::copy_file(src, out, ec);
+  if (ec) { reason = "cannot snapshot " + src + ": " + ec.message(); return false; }
+  return true;
+}
+
+void remove_snapshot(const std::string& snapshot) {
+  ::unlink(snapshot.c_str());
+  ::rmdir(fs::path(snapshot).parent_path().c_str());
+}
+
+bool validate_plugin_struct(const OpforgePlugin* p, const Manifest& m, std::string& reason) {
+  if (p->api_version < OPFORGE_PLUGIN_API_VERSION_MIN || p->api_version > OPFORGE_PLUGIN_API_VERSION) {
+    reason = "api_version " + std::to_string(p->api_version) + " out of range: this host supports [" +
+             std::to_string(OPFORGE_PLUGIN_API_VERSION_MIN) + ", " + std::to_string(OPFORGE_PLUGIN_API_VERSION) + "]";
+    return false;
+  }
+  if (int64_t(p->api_version) != m.api_version) {
+    reason = "api_version mismatch: manifest says " + std::to_string(m.api_version) + ", library says " + std::to_string(p->api_version);
+    return false;
+  }
+  if (p->struct_size < sizeof(OpforgePlugin)) { reason = "OpforgePlugin.struct_size too small"; return false; }
+  if (!p->name || m.name != p->name || !p->version || m.version != p->version) {
+    reason = "plugin identity mismatch: manifest says " + m.name + " " + m.version + ", library says " +
+             (p->name ? p->name : "(null)") + " " + (p->version ? p->version : "(null)");
+    return false;
+  }
+  std::set<std::string> in_lib, in_manifest;
+  for (uint32_t i = 0; i < p->num_ops; ++i) {
+    const OpforgeOpDef& d = p->ops[i];
+    if (!d.name || !d.create || !d.destroy || !d.output_shapes || !d.compute || d.version_major == 0) {
+      reason = "op #" + std::to_string(i) + " is incomplete (name, version_major >= 1 and all four functions are required)";
+      return false;
+    }
+    if (!in_lib.insert(std::string(d.domain ? d.domain : "") + "::" + d.name + "@" + std::to_string(d.version_major)).second) {
+      reason = "duplicate op " + op_label(&d) + " inside the library";
+      return false;
+    }
+  }
+  for (const ManifestOp& o : m.ops) in_manifest.insert(o.domain + "::" + o.name + "@" + std::to_string(o.version));
+  if (in_lib != in_manifest) {
+    auto join = [](const std::set<std::string>& s) { std::string r; for (auto& x : s) r += (r.empty() ? "" : ", ") + x; return r; };
+    reason = "ops mismatch: manifest lists [" + join(in_manifest) + "], library provides [" + join(in_lib) + "]";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Registry
+
+Registry::Registry() : log_(std::make_shared<Logger>()) {}
+
+Registry::~Registry() {
+  std::lock_guard<std::mutex> w(writer_);
+  std::vector<std::string> names;
+  {
+    std::shared_lock<WriterPreferringMutex> r(mu_);
+    for (auto& kv : plugins_) names.push_back(kv.first);
+  }
+  std::string err;
+  for (auto& n : names) unload_locked(n, err);
+}
+
+int32_t Registry::refuse(const std::string& path, const std::string& reason, int32_t status, std::string& err) {
+  err = "opforge-loader: refused " + path + ": " + reason;
+  log_->log(OPFORGE_LOG_ERROR, "opforge-loader refuse file=" + path + " reason=" + quoted(reason));
+  return status;
+}
+
+std::string Registry::find_duplicate(const Manifest& m, const std::string& replacing) {
+  std::shared_lock<WriterPreferringMutex> r(mu_);
+  for (const ManifestOp& o : m.ops) {
+    auto it = ops_.find(o.name);
+    if (it == ops_.end()) continue;
+    auto e = it->second.find(uint32_t(o.version));
+    if (e != it->second.end() && e->second->lib->name != replacing)
+      return "duplicate op " + o.name + " version " + std::to_string(o.version) + ": already registered by plugin " +
+             e->second->lib->name + " (" + e->second->lib->path + ")";
+  }
+  return "";
+}
+
+bool Registry::path_loaded(const std::string& path) {
+  std::shared_lock<WriterPreferringMutex> r(mu_);
+  for (auto& kv : plugins_)
+    if (kv.second.lib->path == path) return true;
+  return false;
+}
+
+int32_t Registry::load(const std::string& path, std::string& err) {
+  std::lock_guard<std::mutex> w(writer_);
+  return load_locked(path, Mode::Load, "", err);
+}
+
+int32_t Registry::reload(const std::string& path, std::string& err) {
+  std::lock_guard<std::mutex> w(writer_);
+  return load_locked(path, Mode::Reload, "", err);
+}
+
+int32_t Registry::load_locked(const std::string& raw_path, Mode mode, const std::string& source_dir, std::string& err) {
+  const std::string path = absolute_path(raw_path);
+  std::string reason;
+  FileId lib_id, manifest_id, hashed;
+  Manifest m;
+  // Everything up to dlopen looks only at files: a refused library never runs any code.
+  if (!stat_file(path, lib_id, reason)) return refuse(path, reason, OPFORGE_ERR_NOT_FOUND, err);
+  if (!check_not_world_writable(path, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  const std::string mpath = manifest_path_for(path);
+  if (!read_manifest(mpath, m, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  if (!check_not_world_writable(mpath, reason) || !stat_file(mpath, manifest_id, reason))
+    return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  if (m.kind != "opforge")
+    return refuse(path, "kind \"" + m.kind + "\" is not loaded by the opforge host (use " +
+                            (m.kind == "onnxruntime" ? "register_with_onnxruntime" : "the TensorRT plugin registry") + ")",
+                  OPFORGE_ERR_REFUSED, err);
+  if (!check_opforge_compat(m, OPFORGE_LOADER_VERSION, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+
+  bool loaded_already;
+  {
+    std::shared_lock<WriterPreferringMutex> r(mu_);
+    loaded_already = plugins_.count(m.name) > 0;
+  }
+  if (mode == Mode::Load && loaded_already)
+    return refuse(path, "plugin " + m.name + " is already loaded (use reload to replace it)", OPFORGE_ERR_REFUSED, err);
+  if (mode == Mode::Reload && !loaded_already)
+    return refuse(path, "reload of plugin " + m.name + ", which is not loaded", OPFORGE_ERR_NOT_FOUND, err);
+  std::string dup = find_duplicate(m, mode == Mode::Reload ? m.name : "");
+  if (!dup.empty()) return refuse(path, dup, OPFORGE_ERR_REFUSED, err);
+
+  std::string open_path = path, snapshot;
+  if (path_loaded(path)) {
+    if (!snapshot_copy(path, snapshot, reason)) return refuse(path, reason, OPFORGE_ERR_INTERNAL, err);
+    open_path = snapshot;
+  }
+  if (!check_sha256(m, open_path, hashed, reason)) {
+    if (!snapshot.empty()) remove_snapshot(snapshot);
+    return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  }
+  if (snapshot.empty() && hashed != lib_id) return refuse(path, "file changed while it was being checked", OPFORGE_ERR_REFUSED, err);
+
+  void* handle = ::dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  FileId after;
+  bool unchanged = stat_file(open_path, after, reason) && after == hashed;
+  if (!snapshot.empty()) remove_snapshot(snapshot);
+  if (!handle) {
+    const char* e = ::dlerror();
+    return refuse(path, std::string("dlopen failed: ") + (e ? e : "?") + " (check `ldd` / `opforge-loader doctor`)",
+                  OPFORGE_ERR_REFUSED, err);
+  }
+  auto lib = std::make_shared<Library>();
+  lib->handle = handle;  // from here on, ~Library closes it
+  lib->log = log_;
+  lib->name = m.name; lib->version = m.version; lib->kind = m.kind; lib->path = path;
+  lib->opened_path = open_path; lib->source_dir = source_dir;
+  lib->library_id = lib_id; lib->manifest_id = manifest_id;
+  if (!unchanged) return refuse(path, "file changed between the sha256 check and dlopen", OPFORGE_ERR_REFUSED, err);
+
+  ::dlerror();
+  auto entry = reinterpret_cast<OpforgePluginEntryFn>(::dlsym(handle, OPFORGE_PLUGIN_ENTRY_SYMBOL));
+  if (!entry)
+    return refuse(path, std::string("missing entry symbol ") + OPFORGE_PLUGIN_ENTRY_SYMBOL +
+                            " (not exported: declare it with OPFORGE_PLUGIN_EXPORT, keep it in the version script; check with nm -D)",
+                  OPFORGE_ERR_REFUSED, err);
+  lib->plugin = entry();
+  if (!lib->plugin) return refuse(path, std::string(OPFORGE_PLUGIN_ENTRY_SYMBOL) + "() returned NULL", OPFORGE_ERR_REFUSED, err);
+  if (!validate_plugin_struct(lib->plugin, m, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+
+  std::vector<OpEntry*> fresh;
+  for (uint32_t i = 0; i < lib->plugin->num_ops; ++i) {
+    auto* e = new OpEntry();
+    e->lib = lib;
+    e->def = &lib->plugin->ops[i];
+    e->transition(OPFORGE_STATE_LOADED);
+    fresh.push_back(e);
+  }
+  for (OpEntry* e : fresh) e->transition(OPFORGE_STATE_REGISTERED);
+  for (OpEntry* e : fresh) e->transition(OPFORGE_STATE_INITIALIZING);
+  if (lib->plugin->init) {
+    char buf[1024] = {0};
+    OpforgeHostInfo host{OPFORGE_PLUGIN_API_VERSION, OPFORGE_LOADER_VERSION};
+    int32_t status = lib->plugin->init(&host, buf, sizeof(buf) - 1);
+    if (status != OPFORGE_OK) {
+      retire(fresh);
+      return refuse(path, "init failed (status " + std::to_string(status) + "): " + (buf[0] ? buf : "no message"),
+                    OPFORGE_ERR_INIT_FAILED, err);
+    }
+  }
+  lib->initialized = true;
+
+  std::vector<OpEntry*> old;
+  {
+    std::unique_lock<WriterPreferringMutex> wlock(mu_);
+    auto it = plugins_.find(m.name);
+    if (it != plugins_.end()) {
+      old = it->second.entries;
+      for (OpEntry* e : old) {
+        auto& majors = ops_[e->def->name];
+        auto f = majors.find(e->def->version_major);
+        if (f != majors.end() && f->second == e) majors.erase(f);
+        if (majors.empty()) ops_.erase(e->def->name);
+      }
+    }
+    for (OpEntry* e : fresh) ops_[e->def->name][e->def->version_major] = e;
+    plugins_[m.name] = Plugin{lib, fresh};
+  }
+  for (OpEntry* e : fresh) e->transition(OPFORGE_STATE_RUNNING);
+  retire(old);
+  if (mode == Mode::Reload) {
+    log_->log(OPFORGE_LOG_INFO, "opforge-loader reload plugin=" + m.name + " version=" + m.version + " file=" + path);
+  }
+  return OPFORGE_OK;
+}
+
+// Entries already removed from the lookup maps: mark, log, drop the registry's reference.
+void Registry::retire(std::vector<OpEntry*>& entries) {
+  for (OpEntry* e : entries) {
+    e->transition(OPFORGE_STATE_UNREGISTERING);  // refs= counts callers only, not the registry
+    e->registered.store(false);
+  }
+  for (OpEntry* e : entries) e->release();
+  entries.clear();
+}
+
+int32_t Registry::unload(const std::string& plugin, std::string& err) {
+  std::lock_guard<std::mutex> w(writer_);
+  return unload_locked(plugin, err);
+}
+
+int32_t Registry::unload_locked(const std::string& plugin, std::string& err) {
+  std::vector<OpEntry*> old;
+  {
+    std::unique_lock<WriterPreferringMutex> wlock(mu_);
+    auto it = plugins_.find(plugin);
+    if (it == plugins_.end()) {
+      err = "opforge-loader: unload: no plugin named " + plugin + " is loaded";
+      return OPFORGE_ERR_NOT_FOUND;
+    }
+    old = it->second.entries;
+    for (OpEntry* e : old) {
+      auto& majors = ops_[e->def->name];
+      majors.erase(e->def->version_major);
+      if (majors.empty()) ops_.erase(e->def->name);
+    }
+    plugins_.erase(it);
+  }
+  retire(old);
+  return OPFORGE_OK;
+}
+
+namespace {
+
+struct Scan {
+  std::vector<std::string> manifests;  // sorted
+  std::vector<std::string> orphans;    // libops_*.so* without a manifest beside them
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Scan scan_dir(const std::string& dir, std::string& err) {
+  Scan out;
+  std::vector<std::string> libs;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+  if (ec) { err = "opforge-loader: cannot scan " + dir + ": " + ec.message(); return out; }
+  for (; it != end; it.increment(ec)) {
+    if (ec) break;
+    const std::string name = it->path().filename().string();
+    if (ends_with(name, ".manifest.json")) out.manifests.push_back(it->path().string());
+    else if (name.rfind("libops_", 0) == 0 && name.find(".so") != std::string::npos &&
+             name.find(".manifest.json") == std::string::npos && it->is_regular_file(ec) &&
+             !it->is_symlink(ec))
+      libs.push_back(it->path().string());
+  }
+  std::sort(out.manifests.begin(), out.manifests.end());
+  std::sort(libs.begin(), libs.end());
+  for (const std::string& lib : libs)
+    if (!std::binary_search(out.manifests.begin(), out.manifests.end(), manifest_path_for(lib))) out.orphans.push_back(lib);
+  return out;
+}
+
+std::string library_of(const std::string& manifest_path) {
+  return manifest_path.substr(0, manifest_path.size() - std::string(".manifest.json").size());
+}
+
+}  // namespace
+
+int32_t Registry::load_dir(const std::string& dir, uint32_t* loaded, uint32_t* refused, std::string& err) {
+  std::lock_guard<std::mutex> w(writer_);
+  uint32_t ok = 0, bad = 0;
+  Scan scan = scan_dir(absolute_path(dir), err);
+  if (!err.empty()) return OPFORGE_ERR_NOT_FOUND;
+  for (const std::string& lib : scan.orphans) {
+    std::string e;
+    refuse(absolute_path(lib), "missing manifest " + manifest_path_for(lib) + " (expected next to the library)", OPFORGE_ERR_REFUSED, e);
+    ++bad;
+  }
+  for (const std::string& mp : scan.manifests) {
+    Manifest m;
+    std::string reason, e;
+    if (read_manifest(mp, m, reason) && m.kind != "opforge") continue;  // ORT / TRT libraries live here too
+    if (load_locked(library_of(mp), Mode::Load, absolute_path(dir), e) == OPFORGE_OK) ++ok; else ++bad;
+  }
+  if (loaded) *loaded = ok;
+  if (refused) *refused = bad;
+  return OPFORGE_OK;
+}
+
+int32_t Registry::sync_dir(const std::string& raw_dir, uint32_t* changes, std::string& err) {
+  std::lock_guard<std::mutex> w(writer_);
+  const std::string dir = absolute_path(raw_dir);
+  uint32_t changed = 0;
+  Scan scan = scan_dir(dir, err);
+  if (!err.empty()) return OPFORGE_ERR_NOT_FOUND;
+  for (const std::string& lib : scan.orphans) {
+    FileId lid;
+    std::string reason;
+    stat_file(lib, lid, reason);
+    auto key = std::make_pair(lid, FileId{});
+    auto prev = reported_refusals_.find(lib);
+    if (prev == reported_refusals_.end() || prev->second != key) {
+      std::string e;
+      refuse(absolute_path(lib), "missing manifest " + manifest_path_for(lib) + " (expected next to the library)", OPFORGE_ERR_REFUSED, e);
+      reported_refusals_[lib] = key;
+    }
+  }
+  const auto& manifests = scan.manifests;
+  // Candidates per plugin name: the highest version wins (a new version under its own file name).
+  std::map<std::string, std::pair<Manifest, std::pair<FileId, FileId>>> best;
+  std::set<std::string> unreadable;  // a broken update must not take the running version down
+  for (const std::string& mp : manifests) {
+    Manifest m;
+    std::string reason;
+    FileId lid, mid;
+    std::string lib = library_of(mp);
+    stat_file(lib, lid, reason);
+    stat_file(mp, mid, reason);
+    if (!read_manifest(mp, m, reason)) {
+      unreadable.insert(absolute_path(lib));
+      auto key = std::make_pair(lid, mid);
+      auto prev = reported_refusals_.find(lib);
+      if (prev == reported_refusals_.end() || prev->second != key) {
+        std::string e;
+        refuse(absolute_path(lib), reason, OPFORGE_ERR_REFUSED, e);
+        reported_refusals_[lib] = key;
+      }
+      continue;
+    }
+    if (m.kind != "opforge") continue;
+    auto it = best.find(m.name);
+    if (it == best.end() || compare_versions(m.version, it->second.first.version) >= 0)
+      best[m.name] = {m, {lid, mid}};
+  }
+  std::map<std::string, std::pair<std::string, std::pair<FileId, FileId>>> current;  // name -> path, ids
+  {
+    std::shared_lock<WriterPreferringMutex> r(mu_);
+    for (auto& kv : plugins_)
+      current[kv.first] = {kv.second.lib->path, {kv.second.lib->library_id, kv.second.lib->manifest_id}};
+  }
+  for (auto& kv : best) {
+    const Manifest& m = kv.second.first;
+    auto ids = kv.second.second;
+    auto cur = current.find(kv.first);
+    if (cur != current.end() && cur->second.first == m.library_path && cur->second.second == ids) continue;
+    auto prev = reported_refusals_.find(m.library_path);
+    if (prev != reported_refusals_.end() && prev->second == ids) continue;  // same files, same refusal
+    std::string e;
+    Mode mode = cur == current.end() ? Mode::Load : Mode::Reload;
+    if (load_locked(m.library_path, mode, dir, e) == OPFORGE_OK) {
+      ++changed;
+      reported_refusals_.erase(m.library_path);
+    } else {
+      reported_refusals_[m.library_path] = ids;
+    }
+  }
+  for (auto& kv : current) {
+    std::shared_ptr<Library> lib;
+    {
+      std::shared_lock<WriterPreferringMutex> r(mu_);
+      auto it = plugins_.find(kv.first);
+      if (it != plugins_.end()) lib = it->second.lib;
+    }
+    if (lib && lib->source_dir == dir && !best.count(kv.first) && !unreadable.count(lib->path)) {
+      std::string e;
+      if (unload_locked(kv.first, e) == OPFORGE_OK) ++changed;
+    }
+  }
+  if (changes) *changes = changed;
+  return OPFORGE_OK;
+}
+
+void Registry::enumerate(OpforgeOpVisitor fn, void* user) {
+  std::shared_lock<WriterPreferringMutex> r(mu_);
+  for (auto& kv : plugins_) {
+    for (OpEntry* e : kv.second.entries) {
+      const Library& lib = *e->lib;
+      const OpforgeOpDef* d = e->def;
+      OpforgeOpInfo info{lib.name.c_str(), lib.version.c_str(), lib.path.c_str(), lib.kind.c_str(),
+                         d->domain ? d->domain : "", d->name, d->version_major, d->version_minor,
+                         d->description ? d->description : "", e->state.load(), e->refs(),
+                         d->num_inputs, d->num_outputs, d->num_attrs, d};
+      fn(user, &info);
+    }
+  }
+}
+
+uint32_t Registry::plugin_count() {
+  std::shared_lock<WriterPreferringMutex> r(mu_);
+  return static_cast<uint32_t>(plugins_.size());
+}
+
+int32_t Registry::acquire(const char* raw_name, uint32_t major, OpEntry** out, std::string& err) {
+  const char* name = raw_name;
+  if (const char* sep = std::strstr(raw_name, "::")) name = sep + 2;  // "domain::Op" or "Op"
+  {
+    std::shared_lock<WriterPreferringMutex> r(mu_);
+    auto it = ops_.find(name);
+    if (it != ops_.end() && !it->second.empty()) {
+      auto e = major == 0 ? std::prev(it->second.end()) : it->second.find(major);
+      if (e != it->second.end()) {
+        OpEntry* entry = e->second;
+        bool domain_ok = name == raw_name ||
+                         std::string(raw_name, name - 2 - raw_name) == (entry->def->domain ? entry->def->domain : "");
+        if (domain_ok) {
+          entry->count.fetch_add(1, std::memory_order_relaxed);
+          *out = entry;
+          return OPFORGE_OK;
+        }
+      }
+    }
+  }
+  err = std::string("opforge-loader: no op ") + raw_name +
+        (major ? " version " + std::to_string(major) : std::string()) + " is registered";
+  return OPFORGE_ERR_NOT_FOUND;
+}
+
+}  // namespace opforge::loader

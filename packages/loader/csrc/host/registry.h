@@ -1,0 +1,124 @@
+// The plugin registry: many readers (acquire, calls), rare writers (load, unload, reload).
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <pthread.h>
+
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "manifest.h"
+#include "opforge/loader.h"
+
+namespace opforge::loader {
+
+class Logger {
+ public:
+  void set(OpforgeLogFn fn, void* user);
+  void log(int32_t level, const std::string& line);
+
+ private:
+  std::mutex mu_;
+  OpforgeLogFn fn_ = nullptr;
+  void* user_ = nullptr;
+};
+
+const char* state_name(int32_t state);
+
+// A reader/writer lock that prefers writers. std::shared_mutex (glibc's default rwlock) prefers
+// readers: with callers acquiring ops in a tight loop a reload waited up to tens of ms for a gap.
+// Same interface as std::shared_mutex, so std::shared_lock / std::unique_lock work with it.
+class WriterPreferringMutex {
+ public:
+  WriterPreferringMutex() {
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&lock_, &attr);
+    pthread_rwlockattr_destroy(&attr);
+  }
+  ~WriterPreferringMutex() { pthread_rwlock_destroy(&lock_); }
+  WriterPreferringMutex(const WriterPreferringMutex&) = delete;
+  WriterPreferringMutex& operator=(const WriterPreferringMutex&) = delete;
+  void lock() { pthread_rwlock_wrlock(&lock_); }
+  void unlock() { pthread_rwlock_unlock(&lock_); }
+  void lock_shared() { pthread_rwlock_rdlock(&lock_); }
+  void unlock_shared() { pthread_rwlock_unlock(&lock_); }
+
+ private:
+  pthread_rwlock_t lock_;
+};
+
+// One dlopen'ed file. Destroyed when the registry and every acquired op let go of it:
+// the destructor runs the plugin's unload hook, then dlclose (deferred unload).
+struct Library {
+  std::string name, version, kind, path, opened_path, source_dir;
+  FileId library_id, manifest_id;
+  void* handle = nullptr;
+  const OpforgePlugin* plugin = nullptr;
+  bool initialized = false;
+  std::shared_ptr<Logger> log;
+  ~Library();
+};
+
+// A registered op; the OpforgeOpRef handed to callers is this object. `count` holds one
+// reference for the registry while registered plus one per outstanding acquire.
+struct OpEntry {
+  std::shared_ptr<Library> lib;
+  const OpforgeOpDef* def = nullptr;
+  std::atomic<int64_t> count{1};
+  std::atomic<int32_t> state{OPFORGE_STATE_LOADED};
+  std::atomic<bool> registered{true};
+
+  int64_t refs() const { return count.load() - (registered.load() ? 1 : 0); }
+  void transition(int32_t to);
+  void release();
+};
+
+class Registry {
+ public:
+  Registry();
+  ~Registry();
+  void set_log(OpforgeLogFn fn, void* user) { log_->set(fn, user); }
+
+  int32_t load(const std::string& path, std::string& err);
+  int32_t load_dir(const std::string& dir, uint32_t* loaded, uint32_t* refused, std::string& err);
+  int32_t unload(const std::string& plugin, std::string& err);
+  int32_t reload(const std::string& path, std::string& err);
+  int32_t sync_dir(const std::string& dir, uint32_t* changes, std::string& err);
+  void enumerate(OpforgeOpVisitor fn, void* user);
+  uint32_t plugin_count();
+  int32_t acquire(const char* name, uint32_t major, OpEntry** out, std::string& err);
+
+ private:
+  struct Plugin {
+    std::shared_ptr<Library> lib;
+    std::vector<OpEntry*> entries;
+  };
+  enum class Mode { Load, Reload };
+
+  int32_t load_locked(const std::string& path, Mode mode, const std::string& source_dir, std::string& err);
+  int32_t unload_locked(const std::string& plugin, std::string& err);
+  int32_t refuse(const std::string& path, const std::string& reason, int32_t status, std::string& err);
+  std::string find_duplicate(const Manifest& m, const std::string& replacing);
+  bool path_loaded(const std::string& path);
+  void retire(std::vector<OpEntry*>& entries);
+
+  std::shared_ptr<Logger> log_;
+  std::mutex writer_;               // one writer at a time (load / unload / reload / sync)
+  mutable WriterPreferringMutex mu_;  // guards ops_ and plugins_
+  std::unordered_map<std::string, std::map<uint32_t, OpEntry*>> ops_;
+  std::map<std::string, Plugin> plugins_;
+  std::map<std::string, std::pair<FileId, FileId>> reported_refusals_;  // sync: don't repeat
+};
+
+}  // namespace opforge::loader
+
+struct OpforgeRegistry {
+  opforge::loader::Registry impl;
+};

@@ -1,0 +1,140 @@
+// libops_opforge_nn.so.1: Swish and RMSNorm on the SDK, calling the shared kernels (the single
+// source of op math). Runs single-threaded: threading is the host engine's job.
+#include <opforge/kernels/cpu.h>
+#include <opforge/plugin.h>
+
+#include <cmath>
+#include <cstdio>
+#include <new>
+#include <string>
+
+namespace {
+
+namespace k = opforge::kernels;
+
+const int32_t kTypes[] = {OPFORGE_DTYPE_FLOAT32, OPFORGE_DTYPE_FLOAT64, OPFORGE_DTYPE_BFLOAT16};
+const OpforgeIODesc kSwishIn[] = {{"X", 3, kTypes}};
+const OpforgeIODesc kRmsIn[] = {{"X", 3, kTypes}, {"W", 3, kTypes}};
+const OpforgeIODesc kOut[] = {{"Y", 3, kTypes}};
+const OpforgeAttrSchema kSwishAttrs[] = {{"beta", OPFORGE_ATTR_FLOAT, 0, 1.0, 0, nullptr, "Y = X * sigmoid(beta * X); any finite float"}};
+const OpforgeAttrSchema kRmsAttrs[] = {{"epsilon", OPFORGE_ATTR_FLOAT, 0, 1e-6, 0, nullptr, "added to mean(X^2); finite, >= 0"}};
+
+struct Params {
+  float value;  // beta or epsilon
+};
+
+int32_t fail(char* err, size_t len, const std::string& msg) {
+  std::snprintf(err, len, "%s", msg.c_str());
+  return OPFORGE_ERR_INVALID_ARGUMENT;
+}
+
+std::string shape_of(const OpforgeTensor& t) {
+  std::string s = "[";
+  for (int32_t i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+int64_t numel(const OpforgeTensor& t) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < t.rank; ++i) n *= t.shape[i];
+  return n;
+}
+
+const char* dtype_name(int32_t dt) {
+  return dt == OPFORGE_DTYPE_FLOAT32 ? "float32" : dt == OPFORGE_DTYPE_FLOAT64 ? "float64" : dt == OPFORGE_DTYPE_BFLOAT16 ? "bfloat16" : "other";
+}
+
+int32_t create_swish(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
+  if (!std::isfinite(a[0].f)) return fail(err, len, "opforge.Swish: beta: expected a finite float, got " + std::to_string(a[0].f));
+  *inst = new (std::nothrow) Params{static_cast<float>(a[0].f)};
+  return *inst ? OPFORGE_OK : OPFORGE_ERR_OUT_OF_MEMORY;
+}
+
+int32_t create_rms(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
+  if (!std::isfinite(a[0].f) || a[0].f < 0)
+    return fail(err, len, "opforge.RMSNorm: epsilon: expected a finite float >= 0, got " + std::to_string(a[0].f));
+  *inst = new (std::nothrow) Params{static_cast<float>(a[0].f)};
+  return *inst ? OPFORGE_OK : OPFORGE_ERR_OUT_OF_MEMORY;
+}
+
+void destroy(void* inst) { delete static_cast<Params*>(inst); }
+
+void same_as(const OpforgeTensor& x, OpforgeTensorDesc* out) {
+  out->dtype = x.dtype;
+  out->rank = x.rank;
+  for (int32_t i = 0; i < x.rank; ++i) out->shape[i] = x.shape[i];
+}
+
+bool output_matches(const char* op, const OpforgeTensor& x, const OpforgeTensor& y, char* err, size_t len) {
+  if (y.dtype == x.dtype && numel(y) == numel(x) && (numel(y) == 0 || y.data)) return true;
+  fail(err, len, std::string("opforge.") + op + ": Y: expected " + dtype_name(x.dtype) + " output of shape " + shape_of(x) +
+                     ", got " + dtype_name(y.dtype) + " of shape " + shape_of(y));
+  return false;
+}
+
+int32_t swish_shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char*, size_t) {
+  same_as(in[0], out);
+  return OPFORGE_OK;
+}
+
+int32_t swish_compute(void* inst, const OpforgeTensor* in, uint32_t, OpforgeTensor* out, uint32_t, char* err, size_t len) {
+  if (!output_matches("Swish", in[0], out[0], err, len)) return OPFORGE_ERR_INVALID_ARGUMENT;
+  const float beta = static_cast<Params*>(inst)->value;
+  const int64_t n = numel(in[0]);
+  if (n == 0) return OPFORGE_OK;
+  switch (in[0].dtype) {
+    case OPFORGE_DTYPE_FLOAT32: k::cpu::swish_forward(static_cast<const float*>(in[0].data), static_cast<float*>(out[0].data), n, beta); break;
+    case OPFORGE_DTYPE_FLOAT64: k::cpu::swish_forward(static_cast<const double*>(in[0].data), static_cast<double*>(out[0].data), n, beta); break;
+    default: k::cpu::swish_forward(static_cast<const k::bfloat16*>(in[0].data), static_cast<k::bfloat16*>(out[0].data), n, beta);
+  }
+  return OPFORGE_OK;
+}
+
+int32_t rms_shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char* err, size_t len) {
+  const OpforgeTensor& x = in[0];
+  const OpforgeTensor& w = in[1];
+  if (x.rank < 1) return fail(err, len, "opforge.RMSNorm: X: expected rank >= 1, got rank 0");
+  const int64_t cols = x.shape[x.rank - 1];
+  if (w.rank != 1 || w.shape[0] != cols)
+    return fail(err, len, "opforge.RMSNorm: W: expected 1-D tensor of length " + std::to_string(cols) + " (last dim of X), got shape " + shape_of(w));
+  if (w.dtype != x.dtype)
+    return fail(err, len, std::string("opforge.RMSNorm: W: expected dtype ") + dtype_name(x.dtype) + " (same as X), got " + dtype_name(w.dtype));
+  same_as(x, out);
+  return OPFORGE_OK;
+}
+
+int32_t rms_compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTensor* out, uint32_t n_out, char* err, size_t len) {
+  OpforgeTensorDesc desc;
+  int32_t status = rms_shapes(inst, in, n_in, &desc, n_out, err, len);
+  if (status != OPFORGE_OK) return status;
+  if (!output_matches("RMSNorm", in[0], out[0], err, len)) return OPFORGE_ERR_INVALID_ARGUMENT;
+  const float eps = static_cast<Params*>(inst)->value;
+  const int64_t cols = in[0].shape[in[0].rank - 1];
+  const int64_t rows = cols == 0 ? 0 : numel(in[0]) / cols;
+  if (rows == 0) return OPFORGE_OK;
+  switch (in[0].dtype) {
+    case OPFORGE_DTYPE_FLOAT32:
+      k::cpu::rms_norm_forward(static_cast<const float*>(in[0].data), static_cast<const float*>(in[1].data), static_cast<float*>(out[0].data), 0, rows, cols, eps);
+      break;
+    case OPFORGE_DTYPE_FLOAT64:
+      k::cpu::rms_norm_forward(static_cast<const double*>(in[0].data), static_cast<const double*>(in[1].data), static_cast<double*>(out[0].data), 0, rows, cols, eps);
+      break;
+    default:
+      k::cpu::rms_norm_forward(static_cast<const k::bfloat16*>(in[0].data), static_cast<const k::bfloat16*>(in[1].data), static_cast<k::bfloat16*>(out[0].data), 0, rows, cols, eps);
+  }
+  return OPFORGE_OK;
+}
+
+const OpforgeOpDef kOps[] = {
+    {"opforge", "Swish", 1, 0, "Y = X * sigmoid(beta * X)", 1, kSwishIn, 1, kOut, 1, kSwishAttrs,
+     create_swish, destroy, swish_shapes, swish_compute},
+    {"opforge", "RMSNorm", 1, 0, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W", 2, kRmsIn, 1, kOut, 1, kRmsAttrs,
+     create_rms, destroy, rms_shapes, rms_compute},
+};
+
+const OpforgePlugin kPlugin = {OPFORGE_PLUGIN_API_VERSION, sizeof(OpforgePlugin), "opforge_nn", OPFORGE_PLUGIN_VERSION,
+                               2, kOps, nullptr, nullptr};
+
+}  // namespace
+
+extern "C" OPFORGE_PLUGIN_EXPORT const OpforgePlugin* opforge_plugin_entry(void) { return &kPlugin; }

@@ -1,0 +1,247 @@
+"""opforge-loader: list, doctor, run, watch, new-plugin, cmake-dir."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from . import doctor as doctor_mod
+from . import manifests, template
+from .errors import OpforgeError
+from .registry import Registry, check_manifest
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*map(str, r)) for r in rows]
+    return "\n".join(lines)
+
+
+def _other_kinds(directory: str) -> list[dict]:
+    """Manifests the host does not load (onnxruntime / tensorrt), validated."""
+    rows = []
+    for m in manifests.find_manifests(directory):
+        try:
+            data = manifests.read(m)
+        except (OSError, ValueError):
+            continue  # malformed (the registry reported it) or removed since the scan (watch)
+        if data.get("kind") == "opforge":
+            continue
+        try:
+            check_manifest(m)
+            state = "manifest ok"
+        except OpforgeError as e:
+            state = f"REFUSED: {str(e).split(': ', 2)[-1]}"
+        for op in data.get("ops", []):
+            rows.append({"plugin": data.get("name"), "plugin_version": data.get("version"), "kind": data.get("kind"),
+                         "op": f"{op.get('domain')}::{op.get('name')}", "version": str(op.get("version")),
+                         "state": state, "refs": "-", "library": str(manifests.library_of(m))})
+    return rows
+
+
+def _listing(reg: Registry, directory: str) -> tuple[list[dict], list[str]]:
+    rows = [{"plugin": o.plugin, "plugin_version": o.plugin_version, "kind": o.kind, "op": f"{o.domain}::{o.name}",
+             "version": o.version, "state": o.state, "refs": o.refs, "library": o.library,
+             "description": o.description} for o in reg.ops()]
+    return rows + _other_kinds(directory), list(reg.refusals)
+
+
+def _print_listing(rows: list[dict], refusals: list[str]) -> None:
+    header = ["plugin", "version", "kind", "op", "op version", "state", "refs"]
+    body = [[r["plugin"], r["plugin_version"], r["kind"], r["op"], r["version"], r["state"], r["refs"]] for r in rows]
+    print(_table(body, header) if body else "(no plugins)")
+    for line in refusals:
+        print(line, file=sys.stderr)
+
+
+def cmd_list(args) -> int:
+    with Registry(log=lambda level, line: None) as reg:
+        reg.load_dir(args.dir)
+        rows, refusals = _listing(reg, args.dir)
+    if args.json:
+        print(json.dumps({"ops": rows, "refusals": refusals}, indent=2))
+    else:
+        _print_listing(rows, refusals)
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    archs = doctor_mod.parse_arch_list(args.require_arch) if args.require_arch else set()
+    libs = doctor_mod.libraries_in(args.path)
+    if not libs:
+        print(f"opforge-loader doctor: no libraries under {args.path}", file=sys.stderr)
+        return 2
+    results = {lib: doctor_mod.diagnose(lib, kind=args.kind, require_archs=archs, cxx11_abi=args.cxx11_abi,
+                                        isolated=args.isolated) for lib in libs}
+    print(doctor_mod.to_json(results) if args.json else doctor_mod.render(results))
+    return 1 if any(f.status == "error" for fs in results.values() for f in fs) else 0
+
+
+def _parse_attr(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise SystemExit(f"opforge-loader run: --attr: expected name=value, got {text!r}")
+    name, value = text.split("=", 1)
+    for conv in (int, float):
+        try:
+            return name, conv(value)
+        except ValueError:
+            pass
+    return name, value
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    inputs = [np.load(p) for p in args.input]
+    attrs = dict(_parse_attr(a) for a in args.attr)
+    with Registry(log=lambda level, line: print(line, file=sys.stderr) if args.verbose else None) as reg:
+        reg.load_dir(args.plugin_dir)
+        for line in reg.refusals:
+            print(line, file=sys.stderr)
+        try:
+            with reg.acquire(args.op, args.version) as op:
+                out = op.run(*inputs, **attrs)
+                used = f"{op.domain}::{op.name}@{op.version_major} (plugin version {op.plugin_version})"
+        except OpforgeError as e:
+            print(e, file=sys.stderr)
+            return 1
+    outs = out if isinstance(out, tuple) else (out,)
+    targets = args.out or []
+    for i, arr in enumerate(outs):
+        if i < len(targets):
+            np.save(targets[i], arr)
+    print(f"{used}: " + ", ".join(f"output {i}: {a.dtype} {list(a.shape)}" + (f" -> {targets[i]}" if i < len(targets) else "")
+                                   for i, a in enumerate(outs)))
+    return 0
+
+
+def cmd_watch(args) -> int:
+    reg = Registry(log=lambda level, line: print(line, flush=True))
+    print(f"opforge-loader watch {Path(args.dir).resolve()} (every {args.interval}s; Ctrl-C stops)", flush=True)
+    n = 0
+    try:
+        while args.iterations is None or n < args.iterations:
+            if reg.sync(args.dir):
+                _print_listing(*_listing(reg, args.dir)[:1], [])
+                sys.stdout.flush()
+            n += 1
+            if args.iterations is None or n < args.iterations:
+                time.sleep(args.interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        reg.close()
+    return 0
+
+
+def cmd_new_plugin(args) -> int:
+    try:
+        files = template.write(args.name, args.dir, op=args.op, domain=args.domain)
+    except (ValueError, FileExistsError) as e:
+        print(f"opforge-loader new-plugin: {e}", file=sys.stderr)
+        return 2
+    for f in files:
+        print(f"wrote {f}")
+    print(f"build: cmake -S {args.dir} -B {args.dir}/build -Dopforge_plugin_DIR=\"$(opforge-loader cmake-dir)\" && cmake --build {args.dir}/build")
+    return 0
+
+
+def _parse_op(text: str) -> tuple[str, str, int]:
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[2].isdigit():
+        raise SystemExit(f"opforge-loader manifest: --op: expected domain:Name:version, got {text!r}")
+    return parts[0], parts[1], int(parts[2])
+
+
+def cmd_manifest(args) -> int:
+    if args.rehash:
+        print(f"{args.library}: sha256 {manifests.rehash(args.library)}")
+        return 0
+    missing = [f"--{n.replace('_', '-')}" for n in ("name", "version", "kind", "api_version", "sdk_min") if getattr(args, n) is None]
+    if missing or not args.op:
+        print(f"opforge-loader manifest: {', '.join(missing + ([] if args.op else ['--op']))} required", file=sys.stderr)
+        return 2
+    path = manifests.write(args.library, name=args.name, version=args.version, kind=args.kind, api_version=args.api_version,
+                           sdk_min=args.sdk_min, sdk_max=args.sdk_max, ops=[_parse_op(o) for o in args.op])
+    check_manifest(path)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_paths(args) -> int:
+    import opforge_loader as pkg
+
+    print({"cmake-dir": pkg.cmake_dir, "include-dir": pkg.include_dir, "library-path": pkg.library_path,
+           "plugin-dir": pkg.plugin_dir}[args.command]())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="opforge-loader", description="opforge hot-plug operator loader")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="load a plugin directory and print its ops")
+    s.add_argument("dir")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_list)
+
+    s = sub.add_parser("doctor", help="diagnose a plugin library (or every library in a directory)")
+    s.add_argument("path")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--isolated", action="store_true", help="also load it (entry, init, unload) in a child process")
+    s.add_argument("--kind", choices=sorted(doctor_mod.ENTRY_POINTS), help="default: from the manifest or the exports")
+    s.add_argument("--require-arch", help="CUDA archs that must be embedded as SASS, e.g. '8.0;9.0'")
+    s.add_argument("--cxx11-abi", type=int, choices=(0, 1), help="expected _GLIBCXX_USE_CXX11_ABI")
+    s.set_defaults(fn=cmd_doctor)
+
+    s = sub.add_parser("run", help="run one op on .npy inputs")
+    s.add_argument("op", help="op name, optionally domain::Name")
+    s.add_argument("--input", action="append", required=True, help=".npy file, once per input in order")
+    s.add_argument("--attr", action="append", default=[], help="name=value")
+    s.add_argument("--plugin-dir", required=True)
+    s.add_argument("--out", action="append", help=".npy file per output")
+    s.add_argument("--version", type=int, default=0, help="op major version (default: newest)")
+    s.add_argument("-v", "--verbose", action="store_true", help="print the loader's state log")
+    s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("watch", help="keep a directory loaded: pick up new, replaced and removed plugins")
+    s.add_argument("dir")
+    s.add_argument("--interval", type=float, default=1.0)
+    s.add_argument("--iterations", type=int, help="stop after N scans (default: run until Ctrl-C)")
+    s.set_defaults(fn=cmd_watch)
+
+    s = sub.add_parser("new-plugin", help="write a standalone plugin project using the installed SDK")
+    s.add_argument("name")
+    s.add_argument("dir")
+    s.add_argument("--op", help="op name (default: CamelCase of NAME)")
+    s.add_argument("--domain", default="custom")
+    s.set_defaults(fn=cmd_new_plugin)
+
+    s = sub.add_parser("manifest", help="write <library>.manifest.json (any kind), or --rehash an existing manifest")
+    s.add_argument("library", help="the library (or, with --rehash, its manifest)")
+    s.add_argument("--rehash", action="store_true", help="only refresh sha256 of the given manifest")
+    s.add_argument("--name")
+    s.add_argument("--version")
+    s.add_argument("--kind", choices=sorted(doctor_mod.ENTRY_POINTS))
+    s.add_argument("--api-version", type=int)
+    s.add_argument("--sdk-min")
+    s.add_argument("--sdk-max")
+    s.add_argument("--op", action="append", help="domain:Name:version, once per op")
+    s.set_defaults(fn=cmd_manifest)
+
+    for name in ("cmake-dir", "include-dir", "library-path", "plugin-dir"):
+        sub.add_parser(name, help=f"print the {name.replace('-', ' ')}").set_defaults(fn=cmd_paths)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

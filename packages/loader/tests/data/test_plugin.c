@@ -1,0 +1,97 @@
+/* Configurable test plugin: Y = X + helper_impl(), where helper_impl() returns OFFSET.
+ * Built by the tests with -D flags to produce good plugins, new versions and broken ones. */
+#include <opforge/plugin.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef PLUGIN_NAME
+#define PLUGIN_NAME "test_offset"
+#endif
+#ifndef PLUGIN_VERSION
+#define PLUGIN_VERSION "1.0.0"
+#endif
+#ifndef OP_NAME
+#define OP_NAME "Offset"
+#endif
+#ifndef OFFSET
+#define OFFSET 1.0f
+#endif
+#ifndef API_VERSION
+#define API_VERSION OPFORGE_PLUGIN_API_VERSION
+#endif
+#ifndef ENTRY_NAME
+#define ENTRY_NAME opforge_plugin_entry
+#endif
+
+/* Deliberately global and equally named in every build (seed 000 section 5.2). */
+float helper_impl(void) { return OFFSET; }
+
+static const int32_t kTypes[] = {OPFORGE_DTYPE_FLOAT32};
+static const OpforgeIODesc kIn[] = {{"X", 1, kTypes}};
+static const OpforgeIODesc kOut[] = {{"Y", 1, kTypes}};
+
+static int64_t numel(const OpforgeTensor* t) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < t->rank; ++i) n *= t->shape[i];
+  return n;
+}
+
+static int32_t create(const OpforgeAttrValue* a, uint32_t n, void** inst, char* err, size_t len) {
+  (void)a; (void)n; (void)err; (void)len;
+  *inst = malloc(1);
+  return *inst ? OPFORGE_OK : OPFORGE_ERR_OUT_OF_MEMORY;
+}
+
+static void destroy(void* inst) { free(inst); }
+
+static int32_t shapes(void* inst, const OpforgeTensor* in, uint32_t ni, OpforgeTensorDesc* out, uint32_t no,
+                      char* err, size_t len) {
+  (void)inst; (void)ni; (void)no; (void)err; (void)len;
+  out[0].dtype = in[0].dtype;
+  out[0].rank = in[0].rank;
+  for (int32_t i = 0; i < in[0].rank; ++i) out[0].shape[i] = in[0].shape[i];
+  return OPFORGE_OK;
+}
+
+static int32_t compute(void* inst, const OpforgeTensor* in, uint32_t ni, OpforgeTensor* out, uint32_t no,
+                       char* err, size_t len) {
+  (void)inst; (void)ni; (void)no;
+  if (numel(&out[0]) != numel(&in[0])) {
+    snprintf(err, len, "test." OP_NAME ": Y: expected %lld elements, got %lld", (long long)numel(&in[0]),
+             (long long)numel(&out[0]));
+    return OPFORGE_ERR_INVALID_ARGUMENT;
+  }
+  const float* x = (const float*)in[0].data;
+  float* y = (float*)out[0].data;
+  for (int64_t i = 0; i < numel(&in[0]); ++i) y[i] = x[i] + helper_impl();
+  return OPFORGE_OK;
+}
+
+static int32_t init(const OpforgeHostInfo* host, char* err, size_t len) {
+  (void)host;
+#ifdef CRASH_IN_INIT
+  volatile int* p = NULL;
+  *p = 1;
+#endif
+#ifdef INIT_FAIL
+  snprintf(err, len, "device not ready (test)");
+  return OPFORGE_ERR_INTERNAL;
+#else
+  (void)err; (void)len;
+  return OPFORGE_OK;
+#endif
+}
+
+static void unload_hook(void) {}
+
+static const OpforgeOpDef kOps[] = {
+    {"test", OP_NAME, 1, 0, "Y = X + offset", 1, kIn, 1, kOut, 0, NULL, create, destroy, shapes, compute},
+};
+
+static const OpforgePlugin kPlugin = {API_VERSION, sizeof(OpforgePlugin), PLUGIN_NAME, PLUGIN_VERSION, 1, kOps,
+                                      init, unload_hook};
+
+OPFORGE_PLUGIN_EXPORT const OpforgePlugin* ENTRY_NAME(void) {
+  return &kPlugin;
+}

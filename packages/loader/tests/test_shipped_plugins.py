@@ -1,0 +1,84 @@
+"""The plugins built with the package: libops_opforge_nn.so.1 against the op spec, and Scale."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import opforge_loader
+
+spec = pytest.importorskip("opforge_spec", reason="pip install ./kernels (the op spec) to run these")
+
+NN = os.path.join(opforge_loader.plugin_dir(), "libops_opforge_nn.so.1")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    reg = opforge_loader.Registry(opforge_loader.plugin_dir(), log=lambda level, line: None)
+    yield reg
+    reg.close()
+
+
+def test_shipped_plugins_load_with_manifests(shipped):
+    assert shipped.refusals == []
+    assert {(o.plugin, o.domain, o.name, o.version_major) for o in shipped.ops()} == {
+        ("opforge_nn", "opforge", "Swish", 1), ("opforge_nn", "opforge", "RMSNorm", 1),
+        ("example_scale", "example", "Scale", 1)}
+    for lib in ("libops_opforge_nn.so.1", "libops_example_scale.so.1"):
+        out = subprocess.run(["readelf", "-d", os.path.join(opforge_loader.plugin_dir(), lib)], capture_output=True, text=True).stdout
+        assert f"Library soname: [{lib}]" in out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op_name", ["Swish", "RMSNorm"])
+def test_matches_spec_reference(shipped, op_name, dtype):
+    op = spec.OPS[op_name]
+    for case in op.cases(dtype):
+        actual = shipped.run(op_name, list(case.inputs), case.attrs)
+        assert actual.dtype == np.dtype(dtype) and actual.shape == case.inputs[0].shape, case.name
+        op.check_close(actual, op.reference(*case.inputs, **case.attrs), dtype)
+
+
+@pytest.mark.parametrize("op_name", ["Swish", "RMSNorm"])
+def test_bad_inputs_give_canonical_errors(shipped, op_name):
+    op = spec.OPS[op_name]
+    for bad in op.bad_cases():
+        with pytest.raises(opforge_loader.OpforgeError) as info:
+            shipped.run(op_name, list(bad.inputs), bad.attrs)
+        message = str(info.value)
+        assert message.startswith(f"opforge.{op_name}: "), message
+        for mention in bad.mentions:
+            assert mention in message, (bad.name, message)
+        assert ": expected " in message and ", got " in message, message
+
+
+def test_rms_norm_message_shape(shipped):
+    x = np.ones((2, 64), np.float32)
+    with pytest.raises(opforge_loader.OpforgeError) as info:
+        shipped.run("RMSNorm", [x, np.ones(32, np.float32)])
+    assert str(info.value) == "opforge.RMSNorm: W: expected 1-D tensor of length 64 (last dim of X), got shape [32]"
+
+
+def test_wrong_input_count_and_unknown_attr(shipped):
+    x = np.ones(3, np.float32)
+    with pytest.raises(opforge_loader.OpforgeError, match=r"opforge.RMSNorm: inputs: expected 2 tensors \(X, W\), got 1"):
+        shipped.run("RMSNorm", [x])
+    with pytest.raises(opforge_loader.OpforgeError, match=r"opforge.Swish: alpha: expected one of the attributes \[beta\]"):
+        shipped.run("Swish", [x], {"alpha": 1.0})
+
+
+def test_scale(shipped):
+    x = np.arange(6, dtype=np.float64).reshape(2, 3)
+    np.testing.assert_array_equal(shipped.run("example::Scale", [x], {"scale": 2.5}), x * 2.5)
+    np.testing.assert_array_equal(shipped.run("Scale", [x.astype(np.float32)]), x.astype(np.float32))
+
+
+@pytest.mark.parametrize("op_name", ["Swish", "RMSNorm"])
+def test_bfloat16_matches_spec(shipped, op_name):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes (pip install opforge-loader[bf16])")
+    op = spec.OPS[op_name]
+    for case in op.cases("bfloat16"):
+        inputs = [np.asarray(a, np.float32).astype(ml_dtypes.bfloat16) for a in case.inputs]
+        actual = shipped.run(op_name, inputs, case.attrs)
+        assert actual.dtype == np.dtype(ml_dtypes.bfloat16), case.name
+        op.check_close(actual.astype(np.float32), op.reference(*case.inputs, **case.attrs), "bfloat16")

@@ -1,0 +1,49 @@
+"""≥ 8 threads calling an op while another thread reloads/unloads it ≥ 200 times, with the host
+compiled from source under ThreadSanitizer and AddressSanitizer (+ LeakSanitizer)."""
+import json
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from plugin_build import build_c_plugin
+
+PKG = Path(__file__).resolve().parents[1]
+HOST_SOURCES = sorted(str(p) for p in (PKG / "csrc" / "host").glob("*.cpp"))
+CYCLES, THREADS = 240, 8
+
+
+def compile_stress(out: Path, sanitizer: str) -> Path:
+    exe = out / f"stress_{sanitizer}"
+    cmd = ["g++", "-std=c++17", "-O1", "-g", f"-fsanitize={sanitizer}", "-fno-omit-frame-pointer",
+           f"-I{PKG / 'include'}", f"-I{PKG / 'csrc' / 'host'}", '-DOPFORGE_LOADER_VERSION="0.1.0"',
+           *HOST_SOURCES, str(PKG / "tests" / "stress" / "stress.cpp"), "-ldl", "-lpthread", "-o", str(exe)]
+    subprocess.run(cmd, check=True)
+    return exe
+
+
+@pytest.fixture(scope="module")
+def binaries(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stress")
+    with ThreadPoolExecutor(2) as pool:  # two sanitizer builds in parallel: the machine has 2 cores
+        futures = {s: pool.submit(compile_stress, out, s) for s in ("thread", "address")}
+        return {s: f.result() for s, f in futures.items()}
+
+
+@pytest.mark.parametrize("sanitizer", ["thread", "address"])
+def test_stress_reload_unload_under_sanitizer(binaries, plugin_dir, sanitizer):
+    v1 = build_c_plugin(plugin_dir, "libops_stress.so.1", name="stress", version="1.0.1", offset=1.0)
+    v2 = build_c_plugin(plugin_dir, "libops_stress_v2.so.1", name="stress", version="1.0.2", offset=2.0)
+    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1",
+               ASAN_OPTIONS="detect_leaks=1:halt_on_error=1", OPFORGE_LOADER_LOG="0")
+    proc = subprocess.run([str(binaries[sanitizer]), str(v1), str(v2), str(CYCLES), str(THREADS)],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "WARNING: ThreadSanitizer" not in proc.stderr and "ERROR: AddressSanitizer" not in proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["failed_with_ref"] == 0
+    assert result["writer_ops"] >= 200 and result["writer_errors"] == 0
+    assert result["calls"] > CYCLES
+    assert result["dlclose_lines"] == result["libraries_loaded"]  # every library unloaded, none early
