@@ -1,9 +1,11 @@
+# Shared by every opforge CMake package that compiles CUDA.
 # TORCH_CUDA_ARCH_LIST syntax ("8.0;9.0", "8.6 9.0+PTX") -> CMAKE_CUDA_ARCHITECTURES.
 # Every listed arch gets real SASS ("80-real"); "+PTX" adds PTX for it too ("90" = real + virtual).
-function(opforge_cuda_architectures arch_list out_var)
+# `who` prefixes the messages (the library being configured).
+function(opforge_cuda_architectures who arch_list out_var)
   if(NOT arch_list)
     set(arch_list "8.0;9.0+PTX")
-    message(STATUS "opforge_ort: OPFORGE_CUDA_ARCHS unset, using ${arch_list}")
+    message(STATUS "${who}: OPFORGE_CUDA_ARCHS unset, using ${arch_list}")
   endif()
   string(REPLACE " " ";" arch_list "${arch_list}")
   set(result "")
@@ -12,7 +14,7 @@ function(opforge_cuda_architectures arch_list out_var)
       continue()
     endif()
     if(NOT arch MATCHES "^([0-9]+)\\.([0-9]+[a-z]?)(\\+PTX)?$")
-      message(FATAL_ERROR "opforge_ort: OPFORGE_CUDA_ARCHS: expected entries like 8.0 or 9.0+PTX, got '${arch}'")
+      message(FATAL_ERROR "${who}: OPFORGE_CUDA_ARCHS: expected entries like 8.0 or 9.0+PTX, got '${arch}'")
     endif()
     set(sm "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
     if(CMAKE_MATCH_3)

@@ -1,0 +1,133 @@
+// IPluginV3 plugins for the opforge ops. One base class carries what both ops share (one float
+// attribute, one output shaped like X, LINEAR float/half/bf16 tensors, serialization as fields);
+// SwishPlugin and RMSNormPlugin add their input checks and their kernel launch.
+#pragma once
+
+#include <NvInferRuntime.h>
+
+#include <array>
+#include <cstdint>
+
+#include "cuda_launch.h"
+
+namespace opforge_trt {
+
+constexpr char kNamespace[] = "opforge";
+constexpr char kPluginVersion[] = "1";
+// Serialization format this build writes; it reads every format from 1 up to this one. Bump it
+// (CMakeLists.txt, OPFORGE_TRT_FORMAT_VERSION) and keep reading the old fields when the serialized
+// fields change, so engines built by older releases still load.
+constexpr int32_t kFormatVersion = OPFORGE_TRT_FORMAT_VERSION;
+constexpr char kFormatField[] = "format_version";
+
+struct OpSpec {
+  const char* name;         // plugin name = ONNX op_type
+  const char* attr;         // plugin field name = ONNX attribute name
+  float attr_default;
+  bool attr_nonnegative;    // epsilon >= 0; beta any finite value
+  int32_t nb_inputs;
+  const char* inputs;       // for messages: "X" / "X, W"
+};
+
+// constexpr: initialized before any static constructor (the creators in entry.cc point at them).
+inline constexpr OpSpec kSwish{"Swish", "beta", 1.0f, false, 1, "X"};
+inline constexpr OpSpec kRMSNorm{"RMSNorm", "epsilon", 1e-6f, true, 2, "X, W"};
+
+class Plugin : public nvinfer1::IPluginV3,
+               public nvinfer1::IPluginV3OneCore,
+               public nvinfer1::IPluginV3OneBuild,
+               public nvinfer1::IPluginV3OneRuntime {
+ public:
+  Plugin(const OpSpec& spec, float attr) : spec_(&spec), attr_(attr) {}
+  float attribute() const { return attr_; }
+
+  // IPluginV3
+  nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
+  nvinfer1::IPluginV3* clone() noexcept override;
+
+  // IPluginV3OneCore
+  const char* getPluginName() const noexcept override { return spec_->name; }
+  const char* getPluginVersion() const noexcept override { return kPluginVersion; }
+  const char* getPluginNamespace() const noexcept override { return kNamespace; }
+
+  // IPluginV3OneBuild
+  int32_t getNbOutputs() const noexcept override { return 1; }
+  int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs, const nvinfer1::DataType* inputTypes,
+                             int32_t nbInputs) const noexcept override;
+  int32_t getOutputShapes(const nvinfer1::DimsExprs* inputs, int32_t nbInputs, const nvinfer1::DimsExprs* shapeInputs,
+                          int32_t nbShapeInputs, nvinfer1::DimsExprs* outputs, int32_t nbOutputs,
+                          nvinfer1::IExprBuilder& exprBuilder) noexcept override;
+  bool supportsFormatCombination(int32_t pos, const nvinfer1::DynamicPluginTensorDesc* inOut, int32_t nbInputs,
+                                 int32_t nbOutputs) noexcept override;
+  int32_t configurePlugin(const nvinfer1::DynamicPluginTensorDesc* in, int32_t nbInputs,
+                          const nvinfer1::DynamicPluginTensorDesc* out, int32_t nbOutputs) noexcept override;
+
+  // IPluginV3OneRuntime
+  int32_t onShapeChange(const nvinfer1::PluginTensorDesc* in, int32_t nbInputs, const nvinfer1::PluginTensorDesc* out,
+                        int32_t nbOutputs) noexcept override;
+  int32_t enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinfer1::PluginTensorDesc* outputDesc,
+                  const void* const* inputs, void* const* outputs, void* workspace,
+                  cudaStream_t stream) noexcept override;
+  nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
+  const nvinfer1::PluginFieldCollection* getFieldsToSerialize() noexcept override;
+
+ protected:
+  const OpSpec& spec() const { return *spec_; }
+  // Checks the input dims (entries may be -1: unknown at build time); 0, or reports and returns -1.
+  virtual int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept = 0;
+  virtual cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc,
+                             const void* const* inputs, void* output, cudaStream_t stream) const noexcept = 0;
+  virtual Plugin* copy() const noexcept = 0;
+
+ private:
+  int32_t check_counts(int32_t nbInputs, int32_t nbOutputs) const noexcept;
+
+  const OpSpec* spec_;
+  float attr_;
+  int32_t format_version_ = kFormatVersion;
+  // Rebuilt by getFieldsToSerialize() from the values above: no pointer outlives a call.
+  std::array<nvinfer1::PluginField, 2> fields_{};
+  nvinfer1::PluginFieldCollection field_collection_{};
+};
+
+class SwishPlugin final : public Plugin {
+ public:
+  explicit SwishPlugin(float beta) : Plugin(kSwish, beta) {}
+
+ protected:
+  int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept override;
+  cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc, const void* const* inputs,
+                     void* output, cudaStream_t stream) const noexcept override;
+  Plugin* copy() const noexcept override;
+};
+
+class RMSNormPlugin final : public Plugin {
+ public:
+  explicit RMSNormPlugin(float epsilon) : Plugin(kRMSNorm, epsilon) {}
+
+ protected:
+  int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept override;
+  cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc, const void* const* inputs,
+                     void* output, cudaStream_t stream) const noexcept override;
+  Plugin* copy() const noexcept override;
+};
+
+// One creator per op. getFieldNames() declares the op's attribute only (what TensorRT's ONNX
+// parser maps node attributes onto); createPlugin() also reads format_version from serialized fields.
+class Creator final : public nvinfer1::IPluginCreatorV3One {
+ public:
+  explicit Creator(const OpSpec& spec);
+  nvinfer1::IPluginV3* createPlugin(const char* name, const nvinfer1::PluginFieldCollection* fc,
+                                    nvinfer1::TensorRTPhase phase) noexcept override;
+  const nvinfer1::PluginFieldCollection* getFieldNames() noexcept override { return &field_names_; }
+  const char* getPluginName() const noexcept override { return spec_->name; }
+  const char* getPluginVersion() const noexcept override { return kPluginVersion; }
+  const char* getPluginNamespace() const noexcept override { return kNamespace; }
+
+ private:
+  const OpSpec* spec_;
+  nvinfer1::PluginField field_;
+  nvinfer1::PluginFieldCollection field_names_{};
+};
+
+}  // namespace opforge_trt

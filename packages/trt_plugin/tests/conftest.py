@@ -1,0 +1,56 @@
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import opforge_trt
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1]
+REPO = PACKAGE.parents[1]
+
+
+def pytest_report_header(config):
+    info = opforge_trt.build_info()
+    return (f"opforge_trt {opforge_trt.library_path()} (CUDA {info['cuda_version']} {info['cuda_architectures']}, "
+            f"TensorRT headers {info['tensorrt_headers']})")
+
+
+def cuda_home() -> Path | None:
+    for root in (os.environ.get("OPFORGE_CUDA_HOME"), "/usr/local/cuda"):
+        if root and (Path(root) / "include" / "cuda_runtime_api.h").is_file():
+            return Path(root)
+    nvcc = shutil.which("nvcc")
+    return Path(nvcc).resolve().parent.parent if nvcc else None
+
+
+@pytest.fixture(scope="session")
+def trt_include_dir() -> Path:
+    """TensorRT headers: OPFORGE_TRT_INCLUDE_DIR, else the pinned wheel (cached by the build)."""
+    env = os.environ.get("OPFORGE_TRT_INCLUDE_DIR")
+    if env:
+        return Path(env)
+    if not (REPO / "matrix.yaml").is_file() or importlib.util.find_spec("yaml") is None:
+        pytest.skip("no TensorRT headers: set OPFORGE_TRT_INCLUDE_DIR (or run from the repository with "
+                    "pyyaml installed, to fetch the pin of matrix.yaml)")
+    done = subprocess.run([sys.executable, str(PACKAGE / "cmake" / "trt_headers.py"), str(REPO)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip().split(";")[0])
+
+
+@pytest.fixture(scope="session")
+def host(tmp_path_factory, trt_include_dir) -> Path:
+    """The C++ test host (tests/trt_host.cc), compiled once against the library's headers."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    home = cuda_home()
+    if cxx is None or home is None:
+        pytest.skip("no C++ compiler or CUDA toolkit headers to build the test host")
+    lib = next((d for d in (home / "lib64", home / "lib") if (d / "libcudart.so").exists()), home / "lib64")
+    out = tmp_path_factory.mktemp("host") / "trt_host"
+    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-isystem", str(trt_include_dir), "-isystem",
+                    str(home / "include"), str(PACKAGE / "tests" / "trt_host.cc"), "-o", str(out), "-ldl",
+                    f"-L{lib}", "-lcudart", f"-Wl,-rpath,{lib}"], check=True)
+    return out

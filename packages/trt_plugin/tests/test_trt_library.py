@@ -1,0 +1,105 @@
+"""The shipped file: SONAME, exported symbols, dependencies, manifest, SASS per arch."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import opforge_trt
+import pytest
+from conftest import REPO, cuda_home
+
+LIB = opforge_trt.library_path()
+ENTRY_POINTS = ["getCreators", "getPluginCreators", "setLoggerFinder"]
+
+
+def _tool(name):
+    if shutil.which(name) is None:
+        pytest.skip(f"{name} not installed (binutils)")
+    return name
+
+
+def _dynamic():
+    return subprocess.run([_tool("readelf"), "-d", LIB], capture_output=True, text=True, check=True).stdout
+
+
+def test_library_path_is_absolute_and_named_by_soname():
+    assert os.path.isabs(LIB) and Path(LIB).is_file()
+    assert Path(LIB).name == "libopforge_trt.so.1"
+    assert "Library soname: [libopforge_trt.so.1]" in _dynamic()
+
+
+def test_only_the_entry_points_are_exported():
+    out = subprocess.run([_tool("nm"), "-D", "--defined-only", LIB], capture_output=True, text=True, check=True).stdout
+    assert sorted(line.split()[-1] for line in out.splitlines()) == ENTRY_POINTS
+
+
+def test_dependencies_cudart_dynamic_no_tensorrt():
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", _dynamic())
+    major = opforge_trt.build_info()["cuda_version"].split(".")[0]
+    assert f"libcudart.so.{major}" in needed, needed
+    assert not [n for n in needed if "nvinfer" in n or "cudart_static" in n], needed
+    out = subprocess.run([_tool("nm"), "-D", "--undefined-only", LIB], capture_output=True, text=True).stdout
+    assert "nvinfer" not in out and "getPluginRegistry" not in out  # TensorRT calls us, never the reverse
+
+
+def test_no_build_paths_in_runpath():
+    assert "RUNPATH" not in _dynamic() and "RPATH" not in _dynamic()
+
+
+def test_manifest_matches_the_installed_file():
+    manifest = json.loads(Path(opforge_trt.manifest_path()).read_text())
+    assert Path(opforge_trt.manifest_path()) == Path(LIB + ".manifest.json")
+    assert manifest["sha256"] == hashlib.sha256(Path(LIB).read_bytes()).hexdigest()
+    assert manifest["library"] == "libopforge_trt.so.1" and manifest["name"] == "opforge_trt"
+    assert manifest["kind"] == "tensorrt" and manifest["manifest_version"] == 1
+    assert manifest["api_version"] == 10 and manifest["sdk"] == {"min": "10.0", "max": None}
+    assert manifest["version"] == opforge_trt.__version__
+    assert manifest["ops"] == [{"domain": "opforge", "name": "Swish", "version": 1},
+                               {"domain": "opforge", "name": "RMSNorm", "version": 1}]
+
+
+def test_build_info_names_the_headers_pinned_in_matrix_yaml():
+    yaml = pytest.importorskip("yaml")
+    if not (REPO / "matrix.yaml").is_file():
+        pytest.skip("not run from the repository (no matrix.yaml)")
+    pin = yaml.safe_load((REPO / "matrix.yaml").read_text())["sources"]["trt_headers"]
+    info = opforge_trt.build_info()
+    if info["tensorrt_headers_source"] == "OPFORGE_TRT_INCLUDE_DIR":
+        pytest.skip("built with OPFORGE_TRT_INCLUDE_DIR, not the pinned headers")
+    assert info["tensorrt_headers_source"] == f"{pin['pypi']}{pin['version']}"
+    assert info["tensorrt_headers"].split(".")[0] == "10" and info["plugin_api"] == "IPluginV3"
+
+
+def _cuobjdump():
+    """cuobjdump from: OPFORGE_CUOBJDUMP, the toolkit, PATH, or the pip package nvidia-cuda-cuobjdump."""
+    home = cuda_home()
+    site = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    candidates = [os.environ.get("OPFORGE_CUOBJDUMP"), home and home / "bin" / "cuobjdump", shutil.which("cuobjdump"),
+                  site / "nvidia" / "cu13" / "bin" / "cuobjdump", site / "nvidia" / "cuda_cuobjdump" / "bin" / "cuobjdump"]
+    for c in candidates:
+        if c and Path(c).is_file():
+            return str(c)
+    pytest.skip("no cuobjdump (set OPFORGE_CUOBJDUMP or pip install --no-deps nvidia-cuda-cuobjdump)")
+
+
+def test_sass_for_every_arch_built():
+    archs = opforge_trt.build_info()["cuda_architectures"]  # CMake style: "80-real", "90"
+    wanted = sorted(re.match(r"\d+", a).group(0) for a in archs)
+    out = subprocess.run([_cuobjdump(), "--list-elf", LIB], capture_output=True, text=True, check=True).stdout
+    assert sorted(set(re.findall(r"\.sm_(\d+)\.cubin", out))) == wanted, out
+
+
+def test_load_into_hands_the_library_to_the_registry():
+    class Registry:
+        def load_library(self, path):
+            self.path = path
+            return "handle"
+
+    registry = Registry()
+    assert opforge_trt.load_into(registry) == "handle" and registry.path == LIB

@@ -1,0 +1,477 @@
+// A stand-in for TensorRT's side of the plugin interface, compiled by the tests against the same
+// headers as the library: dlopen (RTLD_NOW | RTLD_LOCAL), setLoggerFinder, getCreators, then one
+// named check per run (`trt_host LIBRARY CHECK`). Prints "ok ..." lines; any failure prints
+// "FAIL ..." and exits 1. No TensorRT and no GPU needed.
+#include <NvInferRuntime.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace nvinfer1;
+
+namespace {
+
+int g_failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "ok" : "FAIL", what.c_str());
+  if (!ok) ++g_failures;
+}
+
+// ---- logger: what the plugins say through setLoggerFinder ------------------------------------
+struct CaptureLogger : ILogger {
+  std::vector<std::string> lines;
+  void log(Severity severity, const char* msg) noexcept override {
+    lines.push_back(std::to_string(static_cast<int>(severity)) + " " + msg);
+    std::printf("log[%d] %s\n", static_cast<int>(severity), msg);
+  }
+  bool said(const std::string& text) const {
+    for (const auto& l : lines)
+      if (l.find(text) != std::string::npos) return true;
+    return false;
+  }
+};
+CaptureLogger g_logger;
+struct Finder : ILoggerFinder {
+  ILogger* findLogger() noexcept override { return &g_logger; }
+} g_finder;
+
+// ---- IExprBuilder with constant and symbolic dims --------------------------------------------
+class HostExpr : public IDimensionExpr {
+ public:
+  HostExpr(bool constant, int64_t value) : impl_(constant, value) { mImpl = &impl_; }
+  ~HostExpr() noexcept override = default;
+
+ private:
+  struct Impl : apiv::VDimensionExpr {
+    Impl(bool c, int64_t v) : constant(c), value(v) {}
+    bool isConstant() const override { return constant; }
+    int64_t getConstantValue() const override { return constant ? value : -1; }
+    bool isSizeTensor() const override { return false; }
+    bool constant;
+    int64_t value;
+  } impl_;
+};
+
+class HostExprBuilder : public IExprBuilder {
+ public:
+  HostExprBuilder() : impl_(this) { mImpl = &impl_; }
+  ~HostExprBuilder() noexcept override = default;
+  const IDimensionExpr* symbol() { return &exprs_.emplace_back(false, -1); }
+  const IDimensionExpr* make(int64_t v) { return &exprs_.emplace_back(true, v); }
+
+ private:
+  struct Impl : apiv::VExprBuilder {
+    explicit Impl(HostExprBuilder* b) : owner(b) {}
+    const IDimensionExpr* constant(int64_t v) override { return owner->make(v); }
+    const IDimensionExpr* operation(DimensionOperation op, const IDimensionExpr& a, const IDimensionExpr& b) override {
+      if (!a.isConstant() || !b.isConstant()) return owner->symbol();
+      const int64_t x = a.getConstantValue(), y = b.getConstantValue();
+      switch (op) {
+        case DimensionOperation::kSUM: return owner->make(x + y);
+        case DimensionOperation::kPROD: return owner->make(x * y);
+        case DimensionOperation::kMAX: return owner->make(x > y ? x : y);
+        case DimensionOperation::kMIN: return owner->make(x < y ? x : y);
+        case DimensionOperation::kSUB: return owner->make(x - y);
+        case DimensionOperation::kEQUAL: return owner->make(x == y);
+        case DimensionOperation::kLESS: return owner->make(x < y);
+        case DimensionOperation::kFLOOR_DIV: return owner->make(y ? x / y : 0);
+        case DimensionOperation::kCEIL_DIV: return owner->make(y ? (x + y - 1) / y : 0);
+      }
+      return nullptr;
+    }
+    const IDimensionExpr* declareSizeTensor(int32_t, const IDimensionExpr&, const IDimensionExpr&) override {
+      return nullptr;
+    }
+    HostExprBuilder* owner;
+  } impl_;
+  std::deque<HostExpr> exprs_;  // stable addresses
+};
+
+struct NoResources : IPluginResourceContext {
+  IGpuAllocator* getGpuAllocator() const noexcept override { return nullptr; }
+  IErrorRecorder* getErrorRecorder() const noexcept override { return nullptr; }
+};
+
+// ---- helpers ---------------------------------------------------------------------------------
+using GetCreators = IPluginCreatorInterface* const* (*)(int32_t&);
+using SetLoggerFinder = void (*)(ILoggerFinder*);
+std::map<std::string, IPluginCreatorV3One*> g_creators;
+
+struct Deleter {
+  void operator()(IPluginV3* p) const { delete p; }
+};
+using PluginPtr = std::unique_ptr<IPluginV3, Deleter>;
+
+IPluginV3* create(const char* op, std::vector<PluginField> fields, TensorRTPhase phase = TensorRTPhase::kBUILD) {
+  PluginFieldCollection fc{static_cast<int32_t>(fields.size()), fields.data()};
+  return g_creators.at(op)->createPlugin("node0", &fc, phase);
+}
+PluginField float_field(const char* name, const float* v) { return PluginField(name, v, PluginFieldType::kFLOAT32, 1); }
+IPluginV3OneCore* core(IPluginV3* p) { return static_cast<IPluginV3OneCore*>(p->getCapabilityInterface(PluginCapabilityType::kCORE)); }
+IPluginV3OneBuild* build(IPluginV3* p) { return static_cast<IPluginV3OneBuild*>(p->getCapabilityInterface(PluginCapabilityType::kBUILD)); }
+IPluginV3OneRuntime* runtime(IPluginV3* p) { return static_cast<IPluginV3OneRuntime*>(p->getCapabilityInterface(PluginCapabilityType::kRUNTIME)); }
+
+// name -> (type, value as double); values copied out of the plugin's own storage
+std::map<std::string, std::pair<PluginFieldType, double>> serialized(IPluginV3* p) {
+  std::map<std::string, std::pair<PluginFieldType, double>> out;
+  const PluginFieldCollection* fc = runtime(p)->getFieldsToSerialize();
+  for (int32_t i = 0; i < fc->nbFields; ++i) {
+    const PluginField& f = fc->fields[i];
+    double v = 0;
+    if (f.type == PluginFieldType::kFLOAT32) v = *static_cast<const float*>(f.data);
+    if (f.type == PluginFieldType::kINT32) v = *static_cast<const int32_t*>(f.data);
+    out[f.name] = {f.type, v};
+  }
+  return out;
+}
+
+Dims dims(std::initializer_list<int64_t> d) {
+  Dims r{};
+  r.nbDims = static_cast<int32_t>(d.size());
+  int i = 0;
+  for (int64_t v : d) r.d[i++] = v;
+  return r;
+}
+DynamicPluginTensorDesc dyn(Dims d, DataType t = DataType::kFLOAT, TensorFormat f = TensorFormat::kLINEAR) {
+  DynamicPluginTensorDesc r{};
+  r.desc.dims = d;
+  r.desc.type = t;
+  r.desc.format = f;
+  r.min = r.max = r.opt = d;
+  return r;
+}
+PluginTensorDesc desc(Dims d, DataType t = DataType::kFLOAT) { return dyn(d, t).desc; }
+
+const char* const kWrongW = "opforge.RMSNorm: W: expected 1-D tensor of length 64 (last dim of X), got shape [32]";
+
+// ---- the checks ------------------------------------------------------------------------------
+void check_creators() {
+  struct Want { const char* name; const char* field; float value; };
+  for (Want w : {Want{"Swish", "beta", 1.0f}, Want{"RMSNorm", "epsilon", 1e-6f}}) {
+    IPluginCreatorV3One* c = g_creators.count(w.name) ? g_creators[w.name] : nullptr;
+    expect(c != nullptr, std::string("creator ") + w.name + " registered");
+    if (!c) continue;
+    expect(std::strcmp(c->getInterfaceInfo().kind, "PLUGIN CREATOR_V3ONE") == 0, "interface kind PLUGIN CREATOR_V3ONE");
+    expect(std::strcmp(c->getPluginVersion(), "1") == 0, std::string(w.name) + " version 1");
+    expect(std::strcmp(c->getPluginNamespace(), "opforge") == 0, std::string(w.name) + " namespace opforge");
+    const PluginFieldCollection* fc = c->getFieldNames();
+    expect(fc && fc->nbFields == 1 && std::strcmp(fc->fields[0].name, w.field) == 0 &&
+               fc->fields[0].type == PluginFieldType::kFLOAT32 && fc->fields[0].length == 1,
+           std::string(w.name) + " declares field " + w.field + " float32[1]");
+    expect(fc && fc->fields[0].data && *static_cast<const float*>(fc->fields[0].data) == w.value,
+           std::string(w.name) + " default " + std::to_string(w.value));
+  }
+}
+
+void check_roundtrip() {
+  struct Case { const char* op; const char* field; float value; };
+  for (Case k : {Case{"Swish", "beta", 0.5f}, Case{"RMSNorm", "epsilon", 1e-5f}}) {
+    PluginPtr first(create(k.op, {float_field(k.field, &k.value)}));
+    expect(first != nullptr, std::string(k.op) + " created from fields");
+    if (!first) continue;
+    expect(std::strcmp(core(first.get())->getPluginName(), k.op) == 0 &&
+               std::strcmp(core(first.get())->getPluginNamespace(), "opforge") == 0,
+           std::string(k.op) + " plugin names itself");
+    expect(core(first.get()) && build(first.get()) && runtime(first.get()), "all three capabilities");
+    auto before = serialized(first.get());
+    expect(before.size() == 2 && before[k.field] == std::make_pair(PluginFieldType::kFLOAT32, double(k.value)) &&
+               before["format_version"] == std::make_pair(PluginFieldType::kINT32, 1.0),
+           std::string(k.op) + " serializes " + k.field + " and format_version 1");
+    // Recreate as TensorRT does at deserialization: the runtime phase, from the serialized fields.
+    const PluginFieldCollection* fc = runtime(first.get())->getFieldsToSerialize();
+    PluginPtr second(g_creators[k.op]->createPlugin("node0", fc, TensorRTPhase::kRUNTIME));
+    first.reset();  // nothing of the first object may be needed any more
+    expect(second != nullptr && serialized(second.get()) == before, std::string(k.op) + " round trip equal");
+  }
+  PluginPtr swish(create("Swish", {}));
+  expect(swish && serialized(swish.get())["beta"].second == 1.0, "Swish without fields: beta = 1");
+  PluginPtr rms(g_creators["RMSNorm"]->createPlugin("n", nullptr, TensorRTPhase::kBUILD));
+  expect(rms && std::fabs(serialized(rms.get())["epsilon"].second - 1e-6) < 1e-12, "RMSNorm with null fields: epsilon = 1e-6");
+}
+
+void check_bad_fields() {
+  const float nan = std::nanf(""), negative = -1.0f, inf = INFINITY, one = 1.0f;
+  const int32_t two = 2, newer = 2, v1 = 1;
+  expect(create("Swish", {float_field("beta", &nan)}) == nullptr &&
+             g_logger.said("opforge.Swish: beta: expected a finite float, got nan"), "beta NaN refused");
+  expect(create("RMSNorm", {float_field("epsilon", &negative)}) == nullptr &&
+             g_logger.said("opforge.RMSNorm: epsilon: expected a finite float >= 0, got -1"), "epsilon < 0 refused");
+  expect(create("RMSNorm", {float_field("epsilon", &inf)}) == nullptr &&
+             g_logger.said("opforge.RMSNorm: epsilon: expected a finite float >= 0, got inf"), "epsilon inf refused");
+  expect(create("Swish", {PluginField("beta", &two, PluginFieldType::kINT32, 1)}) == nullptr &&
+             g_logger.said("opforge.Swish: beta: expected one float32 value, got 1 int32 value(s)"), "beta as int32 refused");
+  expect(create("Swish", {float_field("beta", &one), PluginField("format_version", &newer, PluginFieldType::kINT32, 1)},
+                TensorRTPhase::kRUNTIME) == nullptr &&
+             g_logger.said("opforge.Swish: format_version: expected a serialization format from 1 to 1"),
+         "a newer serialization format refused");
+  PluginPtr ok(create("Swish", {float_field("beta", &one), PluginField("format_version", &v1, PluginFieldType::kINT32, 1),
+                                PluginField("plugin_hint", &v1, PluginFieldType::kINT32, 1)}));
+  expect(ok != nullptr && g_logger.said("opforge.Swish: ignoring unknown plugin field 'plugin_hint'"),
+         "unknown field ignored with a warning");
+}
+
+void check_formats() {
+  PluginPtr swish(create("Swish", {}));
+  PluginPtr rms(create("RMSNorm", {}));
+  auto sfc = [](IPluginV3* p, int32_t pos, std::vector<DynamicPluginTensorDesc> io, int32_t nin) {
+    return build(p)->supportsFormatCombination(pos, io.data(), nin, static_cast<int32_t>(io.size()) - nin);
+  };
+  const Dims x = dims({2, 8}), w = dims({8});
+  for (DataType t : {DataType::kFLOAT, DataType::kHALF, DataType::kBF16}) {
+    expect(sfc(swish.get(), 0, {dyn(x, t), dyn(x, t)}, 1) && sfc(swish.get(), 1, {dyn(x, t), dyn(x, t)}, 1),
+           "Swish LINEAR type " + std::to_string(int(t)) + " accepted");
+    expect(sfc(rms.get(), 1, {dyn(x, t), dyn(w, t), dyn(x, t)}, 2) && sfc(rms.get(), 2, {dyn(x, t), dyn(w, t), dyn(x, t)}, 2),
+           "RMSNorm W and Y of X's type " + std::to_string(int(t)) + " accepted");
+  }
+  expect(!sfc(swish.get(), 0, {dyn(x, DataType::kINT32), dyn(x)}, 1), "int32 refused");
+  expect(!sfc(swish.get(), 0, {dyn(x, DataType::kINT8), dyn(x)}, 1), "int8 refused");
+  expect(!sfc(swish.get(), 0, {dyn(x, DataType::kFLOAT, TensorFormat::kCHW32), dyn(x)}, 1), "non-LINEAR refused");
+  expect(!sfc(swish.get(), 1, {dyn(x, DataType::kFLOAT), dyn(x, DataType::kHALF)}, 1), "Y of another type refused");
+  expect(!sfc(rms.get(), 1, {dyn(x, DataType::kFLOAT), dyn(w, DataType::kHALF), dyn(x)}, 2), "W of another type refused");
+  expect(!sfc(rms.get(), 3, {dyn(x), dyn(w), dyn(x)}, 2) && !sfc(rms.get(), -1, {dyn(x), dyn(w), dyn(x)}, 2),
+         "positions out of range refused");
+  DataType out = DataType::kINT8;
+  const DataType half[2] = {DataType::kHALF, DataType::kHALF};
+  expect(build(rms.get())->getOutputDataTypes(&out, 1, half, 2) == 0 && out == DataType::kHALF, "output type = input type");
+  const DataType mixed[2] = {DataType::kFLOAT, DataType::kHALF};
+  expect(build(rms.get())->getOutputDataTypes(&out, 1, mixed, 2) != 0 &&
+             g_logger.said("opforge.RMSNorm: W: expected float32 tensor (same type as X), got float16 tensor"),
+         "W of another type: getOutputDataTypes fails with the message");
+  const DataType ints[1] = {DataType::kINT32};
+  expect(build(swish.get())->getOutputDataTypes(&out, 1, ints, 1) != 0 &&
+             g_logger.said("opforge.Swish: X: expected float32, float16 or bfloat16 tensor, got int32 tensor"),
+         "int32 X: getOutputDataTypes fails with the message");
+  expect(build(swish.get())->getNbOutputs() == 1, "one output");
+}
+
+void check_shapes() {
+  HostExprBuilder b;
+  PluginPtr rms(create("RMSNorm", {}));
+  PluginPtr swish(create("Swish", {}));
+  DimsExprs in[2]{};
+  in[0].nbDims = 3;
+  in[0].d[0] = b.symbol();  // dynamic batch
+  in[0].d[1] = b.constant(3);
+  in[0].d[2] = b.operation(DimensionOperation::kPROD, *b.constant(8), *b.constant(8));  // 64
+  in[1].nbDims = 1;
+  in[1].d[0] = b.constant(64);
+  DimsExprs out[1]{};
+  int32_t rc = build(rms.get())->getOutputShapes(in, 2, nullptr, 0, out, 1, b);
+  bool same = rc == 0 && out[0].nbDims == 3;
+  for (int i = 0; same && i < 3; ++i) same = out[0].d[i] == in[0].d[i];
+  expect(same, "RMSNorm output dims are X's dims (symbolic batch kept)");
+  DimsExprs again[1]{};
+  build(rms.get())->getOutputShapes(in, 2, nullptr, 0, again, 1, b);
+  expect(again[0].nbDims == out[0].nbDims && again[0].d[2] == out[0].d[2], "shape inference is a pure function");
+  expect(build(swish.get())->getOutputShapes(in, 1, nullptr, 0, out, 1, b) == 0 && out[0].d[1]->getConstantValue() == 3,
+         "Swish output dims are X's dims");
+  in[1].d[0] = b.constant(32);
+  expect(build(rms.get())->getOutputShapes(in, 2, nullptr, 0, out, 1, b) != 0 && g_logger.said(kWrongW),
+         "RMSNorm W of the wrong length refused at shape inference");
+  in[1].d[0] = b.symbol();
+  expect(build(rms.get())->getOutputShapes(in, 2, nullptr, 0, out, 1, b) == 0, "unknown W length accepted until known");
+  expect(build(rms.get())->getOutputShapes(in, 1, nullptr, 0, out, 1, b) != 0 &&
+             g_logger.said("opforge.RMSNorm: inputs: expected 2 (X, W), got 1"), "RMSNorm with one input refused");
+  DimsExprs scalar[2]{};
+  scalar[1].nbDims = 1;
+  scalar[1].d[0] = b.constant(1);
+  expect(build(rms.get())->getOutputShapes(scalar, 2, nullptr, 0, out, 1, b) != 0 &&
+             g_logger.said("opforge.RMSNorm: X: expected tensor of rank >= 1, got a rank-0 tensor (scalar)"),
+         "RMSNorm scalar X refused");
+}
+
+void check_configure() {
+  PluginPtr rms(create("RMSNorm", {}));
+  auto configure = [&](Dims x, Dims w) {
+    DynamicPluginTensorDesc in[2] = {dyn(x), dyn(w)}, out[1] = {dyn(x)};
+    return build(rms.get())->configurePlugin(in, 2, out, 1);
+  };
+  auto shape_change = [&](Dims x, Dims w) {
+    PluginTensorDesc in[2] = {desc(x), desc(w)}, out[1] = {desc(x)};
+    return runtime(rms.get())->onShapeChange(in, 2, out, 1);
+  };
+  g_logger.lines.clear();
+  expect(configure(dims({4, 64}), dims({32})) != 0 && g_logger.said(kWrongW), "configurePlugin refuses W [32] for X [4, 64]");
+  g_logger.lines.clear();
+  expect(shape_change(dims({4, 64}), dims({32})) != 0 && g_logger.said(kWrongW), "onShapeChange refuses W [32] for X [4, 64]");
+  expect(configure(dims({4, 64}), dims({64})) == 0 && shape_change(dims({2, 3, 64}), dims({64})) == 0, "matching W accepted");
+  expect(configure(dims({-1, 64}), dims({64})) == 0 && configure(dims({4, -1}), dims({32})) == 0,
+         "dynamic dims accepted while unknown");
+  expect(configure(dims({4, 64}), dims({1, 64})) != 0 &&
+             g_logger.said("opforge.RMSNorm: W: expected 1-D tensor of length 64 (last dim of X), got shape [1, 64]"),
+         "2-D W refused");
+  expect(configure(dims({0, 64}), dims({64})) == 0, "empty X accepted");
+  PluginPtr swish(create("Swish", {}));
+  DynamicPluginTensorDesc in[1] = {dyn(dims({0}))}, out[1] = {dyn(dims({0}))};
+  expect(build(swish.get())->configurePlugin(in, 1, out, 1) == 0, "Swish accepts any shape, empty too");
+}
+
+void check_clone_attach() {
+  const float beta = 2.5f;
+  PluginPtr original(create("Swish", {float_field("beta", &beta)}));
+  PluginPtr copy(original->clone());
+  expect(copy && copy.get() != original.get() && serialized(copy.get()) == serialized(original.get()), "clone keeps beta");
+  NoResources context;
+  PluginPtr attached(runtime(original.get())->attachToContext(&context));
+  expect(attached && attached.get() != original.get() && serialized(attached.get()) == serialized(original.get()) &&
+             std::strcmp(core(attached.get())->getPluginName(), "Swish") == 0,
+         "attachToContext gives a per-context clone");
+  original.reset();
+  expect(serialized(attached.get())["beta"].second == 2.5, "the clone outlives the original");
+  PluginPtr rms(create("RMSNorm", {}));
+  PluginPtr rms_copy(rms->clone());
+  expect(rms_copy && std::strcmp(core(rms_copy.get())->getPluginName(), "RMSNorm") == 0, "RMSNorm clone");
+}
+
+void check_enqueue() {
+  PluginPtr swish(create("Swish", {}));
+  PluginPtr rms(create("RMSNorm", {}));
+  void* out[1] = {nullptr};
+  const void* in[2] = {nullptr, nullptr};
+  PluginTensorDesc ints[1] = {desc(dims({4}), DataType::kINT32)};
+  expect(runtime(swish.get())->enqueue(ints, ints, in, out, nullptr, nullptr) != 0 &&
+             g_logger.said("opforge.Swish: X: expected float32, float16 or bfloat16 tensor, got int32 tensor"),
+         "enqueue refuses int32 before any launch");
+  PluginTensorDesc empty[2] = {desc(dims({0, 8})), desc(dims({8}))};
+  expect(runtime(swish.get())->enqueue(empty, empty, in, out, nullptr, nullptr) == 0 &&
+             runtime(rms.get())->enqueue(empty, empty, in, out, nullptr, nullptr) == 0,
+         "empty tensors: nothing to launch, success");
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    std::printf("skip launch-failure check: %d GPU(s) present\n", devices);
+    return;
+  }
+  // No usable GPU: the launch itself fails, and the plugin must say so rather than return 0.
+  PluginTensorDesc x[1] = {desc(dims({16}))};
+  g_logger.lines.clear();
+  expect(runtime(swish.get())->enqueue(x, x, in, out, nullptr, nullptr) != 0 &&
+             g_logger.said("opforge.Swish: CUDA kernel launch: expected cudaSuccess, got cuda"),
+         "a failed launch is reported with its cudaError_t");
+}
+
+// ---- run: one enqueue on the GPU, bytes in and out (tests/test_trt_gpu.py makes and checks them) --
+std::vector<char> read_file(const std::string& path) {
+  std::vector<char> data;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    char buf[1 << 16];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) data.insert(data.end(), buf, buf + n);
+    std::fclose(f);
+  }
+  return data;
+}
+
+Dims parse_dims(const std::string& text) {  // "2,3,64"; "" = rank 0
+  Dims d{};
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    d.d[d.nbDims++] = std::stoll(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return d;
+}
+
+#define CUDA_OK(call)                                                              \
+  do {                                                                             \
+    cudaError_t e_ = (call);                                                       \
+    if (e_ != cudaSuccess) {                                                       \
+      std::printf("FAIL %s: %s\n", #call, cudaGetErrorString(e_));                 \
+      return 1;                                                                    \
+    }                                                                              \
+  } while (0)
+
+// run OP TYPE ATTR OUT X X_DIMS [W W_DIMS]; TYPE: TensorRT DataType number
+int run(int argc, char** argv) {
+  const std::string op = argv[0];
+  const auto type = static_cast<DataType>(std::stoi(argv[1]));
+  const float attr = std::stof(argv[2]);
+  const int nb_inputs = (argc - 4) / 2;
+  PluginPtr plugin(create(op.c_str(), {float_field(op == "Swish" ? "beta" : "epsilon", &attr)}, TensorRTPhase::kRUNTIME));
+  if (!plugin) return std::printf("FAIL createPlugin\n"), 1;
+  std::vector<PluginTensorDesc> in(nb_inputs);
+  std::vector<void*> device(nb_inputs, nullptr);
+  for (int i = 0; i < nb_inputs; ++i) {
+    const std::vector<char> bytes = read_file(argv[4 + 2 * i]);
+    in[i] = desc(parse_dims(argv[5 + 2 * i]), type);
+    CUDA_OK(cudaMalloc(&device[i], bytes.size() + 16));
+    CUDA_OK(cudaMemcpy(device[i], bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  }
+  const size_t out_bytes = read_file(argv[4]).size();
+  void* out = nullptr;
+  CUDA_OK(cudaMalloc(&out, out_bytes + 16));
+  PluginTensorDesc out_desc[1] = {in[0]};
+  if (runtime(plugin.get())->onShapeChange(in.data(), nb_inputs, out_desc, 1) != 0) return std::printf("FAIL onShapeChange\n"), 1;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  std::vector<const void*> inputs(device.begin(), device.end());
+  void* outputs[1] = {out};
+  if (runtime(plugin.get())->enqueue(in.data(), out_desc, inputs.data(), outputs, nullptr, stream) != 0)
+    return std::printf("FAIL enqueue\n"), 1;
+  CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<char> result(out_bytes);
+  CUDA_OK(cudaMemcpy(result.data(), out, out_bytes, cudaMemcpyDeviceToHost));
+  FILE* f = std::fopen(argv[3], "wb");
+  std::fwrite(result.data(), 1, result.size(), f);
+  std::fclose(f);
+  for (void* p : device) cudaFree(p);
+  cudaFree(out);
+  cudaStreamDestroy(stream);
+  std::printf("ok ran %s on the GPU\n", op.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s LIBRARY CHECK [--no-logger] | LIBRARY gpus | LIBRARY run OP TYPE ATTR OUT X X_DIMS [W W_DIMS]\n", argv[0]);
+    return 2;
+  }
+  void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    std::printf("FAIL dlopen: %s\n", dlerror());
+    return 1;
+  }
+  auto get_creators = reinterpret_cast<GetCreators>(dlsym(lib, "getCreators"));
+  auto set_finder = reinterpret_cast<SetLoggerFinder>(dlsym(lib, "setLoggerFinder"));
+  if (!get_creators || !set_finder || !dlsym(lib, "getPluginCreators")) {
+    std::printf("FAIL entry points missing\n");
+    return 1;
+  }
+  if (!(argc > 3 && std::strcmp(argv[3], "--no-logger") == 0)) set_finder(&g_finder);
+  int32_t n = -1;
+  IPluginCreatorInterface* const* creators = get_creators(n);
+  expect(n == 2 && creators != nullptr, "getCreators gives 2 creators");
+  for (int32_t i = 0; i < n; ++i) {
+    auto* c = static_cast<IPluginCreatorV3One*>(creators[i]);
+    if (std::strcmp(c->getInterfaceInfo().kind, "PLUGIN CREATOR_V3ONE") == 0) g_creators[c->getPluginName()] = c;
+  }
+  const std::string check = argv[2];
+  if (check == "gpus") {
+    int devices = 0;
+    std::printf("%d\n", cudaGetDeviceCount(&devices) == cudaSuccess ? devices : 0);
+    return 0;
+  }
+  if (check == "run") return argc >= 9 ? run(argc - 3, argv + 3) : 2;
+  const std::map<std::string, void (*)()> checks = {
+      {"creators", check_creators}, {"roundtrip", check_roundtrip}, {"bad_fields", check_bad_fields},
+      {"formats", check_formats},   {"shapes", check_shapes},       {"configure", check_configure},
+      {"clone_attach", check_clone_attach}, {"enqueue", check_enqueue}};
+  if (!checks.count(check)) {
+    std::printf("FAIL unknown check %s\n", check.c_str());
+    return 2;
+  }
+  checks.at(check)();
+  return g_failures ? 1 : 0;
+}
