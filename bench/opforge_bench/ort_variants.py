@@ -1,0 +1,131 @@
+"""The ONNX Runtime layer: the composed graph without and with ORT's graph optimizations (and which
+fusion fired), ORT's own fused op, and opforge_ort; each run through IOBinding into a preallocated
+output (ORT's arena, no numpy copy) and through plain `run` (a fresh numpy output per call)."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from .torch_variants import COLS, EPS
+
+OPSET = 17
+
+
+def _model(nodes, inputs, initializers=(), opsets=(("", OPSET),), ir_version=8) -> bytes:
+    graph = helper.make_graph(
+        nodes, "bench", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    model.ir_version = ir_version
+    return model.SerializeToString()
+
+
+def swish_models() -> dict:
+    x = [("X", ["n"])]
+    return {
+        "composed": _model([helper.make_node("Sigmoid", ["X"], ["S"]),
+                            helper.make_node("Mul", ["X", "S"], ["Y"])], x),
+        "QuickGelu (com.microsoft)": _model(
+            [helper.make_node("QuickGelu", ["X"], ["Y"], domain="com.microsoft", alpha=1.0)], x,
+            opsets=(("", OPSET), ("com.microsoft", 1))),
+        "opforge_ort": _model([helper.make_node("Swish", ["X"], ["Y"], domain="opforge", beta=1.0)],
+                              x, opsets=(("", OPSET), ("opforge", 1))),
+    }
+
+
+def rms_norm_models() -> dict:
+    x = [("X", ["rows", COLS])]
+    w = onnx.numpy_helper.from_array((np.random.default_rng(0).random(COLS) + 0.5)
+                                     .astype(np.float32), "W")
+    two = onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    eps = onnx.numpy_helper.from_array(np.array(EPS, np.float32), "eps")
+    composed = [helper.make_node("Pow", ["X", "two"], ["sq"]),
+                helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+                helper.make_node("Add", ["ms", "eps"], ["den"]),
+                helper.make_node("Sqrt", ["den"], ["rms"]),
+                helper.make_node("Div", ["X", "rms"], ["xn"]),
+                helper.make_node("Mul", ["xn", "W"], ["Y"])]
+    return {
+        "composed": _model(composed, x, [w, two, eps]),
+        "SimplifiedLayerNormalization": _model(
+            [helper.make_node("SimplifiedLayerNormalization", ["X", "W"], ["Y"], axis=-1,
+                              epsilon=EPS)], x, [w]),
+        "RMSNormalization (opset 23)": _model(
+            [helper.make_node("RMSNormalization", ["X", "W"], ["Y"], axis=-1, epsilon=EPS)], x,
+            [w], opsets=(("", 23),), ir_version=11),
+        "opforge_ort": _model([helper.make_node("RMSNorm", ["X", "W"], ["Y"], domain="opforge",
+                                                epsilon=EPS)], x, [w],
+                              opsets=(("", OPSET), ("opforge", 1))),
+    }
+
+
+MODELS = {"Swish": swish_models, "RMSNorm": rms_norm_models}
+
+
+def library() -> str | None:
+    try:
+        import opforge_ort
+    except ImportError:
+        return None
+    return opforge_ort.library_path()
+
+
+def _options(level, threads: int, lib: str | None, optimized_path: str | None = None):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    if optimized_path:
+        options.optimized_model_filepath = optimized_path
+    if lib:
+        options.register_custom_ops_library(lib)
+    return options
+
+
+def sessions(op: str, threads: int) -> tuple:
+    """({variant name: session}, {variant name: why not}, {variant name: graph after ORT's
+    optimizations})."""
+    lib, made, missing, graphs = library(), {}, {}, {}
+    levels = ort.GraphOptimizationLevel
+    for name, model in MODELS[op]().items():
+        if name == "opforge_ort" and not lib:
+            missing[name] = "opforge_ort is not installed"
+            continue
+        wanted = [("composed, no fusion (ORT_DISABLE_ALL)", levels.ORT_DISABLE_ALL),
+                  ("composed (ORT_ENABLE_ALL)", levels.ORT_ENABLE_ALL)] if name == "composed" else \
+                 [(name, levels.ORT_ENABLE_ALL)]
+        for label, level in wanted:
+            try:
+                made[label] = ort.InferenceSession(model, _options(level, threads, lib),
+                                                   providers=["CPUExecutionProvider"])
+                graphs[label] = optimized_graph(model, level, lib)
+            except Exception as err:  # noqa: BLE001  e.g. no RMSNormalization in this ORT: report
+                missing[label] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+    return made, missing, graphs
+
+
+def optimized_graph(model: bytes, level, lib) -> list:
+    """The node types ORT runs after its graph optimizations (to name the fusion that fired)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "optimized.onnx")
+        ort.InferenceSession(model, _options(level, 1, lib, path), providers=["CPUExecutionProvider"])
+        return [f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in onnx.load(path).graph.node]
+
+
+def runners(sess, n: int, op: str) -> dict:
+    """{"prealloc": fn, "alloc": fn} for one session and size."""
+    shape = (n,) if op == "Swish" else (max(n // COLS, 1), COLS)
+    x = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
+    y = np.empty_like(x)
+    binding = sess.io_binding()
+    binding.bind_cpu_input("X", x)
+    # An OrtValue over y (binding the raw pointer makes ORT 1.32 abort in BFCArena on the
+    # unfused RMSNorm graph at ORT_DISABLE_ALL).
+    binding.bind_ortvalue_output("Y", ort.OrtValue.ortvalue_from_numpy(y))
+    return {"prealloc": lambda: sess.run_with_iobinding(binding) or y,
+            "alloc": lambda: sess.run(["Y"], {"X": x})[0]}

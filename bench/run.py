@@ -1,0 +1,84 @@
+"""Fused vs composed benchmarks of the opforge ops, torch and ONNX Runtime layers (CPU, fp32).
+
+  python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm] [--layers torch,ort]
+                      [--threads 1,all] [--repeat 20]
+
+Writes OUT/bench.json, OUT/bench.md (tables, targets met/missed), OUT/bench_<op>_<layer>.png and
+the stage result ($OPFORGE_STAGE_RESULT: headline ratios). Not a test: it never fails on slow
+numbers; it exits non-zero only if it could not measure. --quick: 3 sizes (16 KiB to 64 MiB of
+input), for CI smoke runs; the full run goes to >= 4x the last-level cache.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from opforge_bench import measure, report, timing
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=REPO / "build" / "bench")
+    parser.add_argument("--ops", default="Swish,RMSNorm")
+    parser.add_argument("--layers", default="torch,ort")
+    parser.add_argument("--threads", default="1,all", help="comma list; 'all' = every CPU we may use")
+    parser.add_argument("--sizes", default="", help="comma list of element counts (default: by LLC)")
+    parser.add_argument("--repeat", type=int, default=20)
+    return parser.parse_args(argv)
+
+
+def versions() -> dict:
+    out = {}
+    for name in ("torch", "onnxruntime", "numpy"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            out[name] = "not installed"
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    host = timing.host_info()
+    threads = [host["cpus_available"] if t == "all" else int(t) for t in args.threads.split(",")]
+    threads = list(dict.fromkeys(threads))
+    sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes
+             else timing.sizes(quick=args.quick, llc=host["llc_bytes"]))
+    print(f"bench: sizes {sizes}, threads {threads}, load {host['loadavg_1m_at_start']:.2f}")
+    data = measure.run_all(ops=args.ops.split(","), layers=set(args.layers.split(",")),
+                           threads_list=threads, sizes=sizes, repeat=args.repeat)
+    host["loadavg_1m_at_end"] = os.getloadavg()[0]
+    # judged at the start: the load at the end includes this run's own threads
+    host["busy"] = host["loadavg_1m_at_start"] > 0.5 * host["cpus_available"]
+    data.update(host=host, versions=versions(), repeat=args.repeat, quick=args.quick)
+    data["targets"] = report.targets(data["rows"], max(threads))
+    # the same targets at every thread count: on a shared machine 1 thread is the steadier reading
+    data["targets_by_threads"] = {t: report.targets(data["rows"], t) for t in threads}
+    artifacts = report.write(data, args.out)
+    numbers = report.headline_numbers(data["rows"], max(threads), data["targets"])
+    numbers["bench.busy"] = int(host["busy"])
+    _stage_result(numbers, artifacts)
+    for t in data["targets"]:
+        ratio = f"{t['ratio']:.2f}x" if "ratio" in t else "-"
+        print(f"  {t['status']:>12}  {ratio:>7} (bar {t['bar']}x)  {t['target']}  {t.get('detail', '')}")
+    print(f"bench: wrote {args.out / 'bench.md'}")
+    return 0 if data["rows"] else 1
+
+
+def _stage_result(numbers: dict, artifacts: list) -> None:
+    import json
+
+    path = os.environ.get("OPFORGE_STAGE_RESULT")
+    if path:
+        Path(path).write_text(json.dumps({"numbers": numbers, "artifacts": artifacts}, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

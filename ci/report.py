@@ -1,0 +1,178 @@
+"""build/matrix/report.json (cells x stages) and report.md, the page a person reads at a glance."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ci import matrix as mx
+
+SYMBOL = {"pass": "✓", "fail": "✗"}
+TAIL_LINES = 25
+SHOWN_NUMBERS = 8
+
+
+def outcome(status: str) -> str:
+    return status if status in ("pass", "fail") else "skipped"
+
+
+def build_json(*, profile, matrix, host, cells, rows, excluded, duration_s) -> dict:
+    stages = list(matrix.stages)
+    out_cells = []
+    for index, (cell, row) in enumerate(zip(cells, rows), 1):
+        out_cells.append({"index": index, "id": cell.id, "values": dict(cell.values),
+                          "settings": dict(cell.settings),
+                          "stages": {name: result.to_json() for name, result in row.items()}})
+    results = [r for row in rows for r in row.values()]
+    summary = Counter(outcome(r.status) for r in results)
+    summary.update(f"origin.{r.origin}" for r in results)
+    return {"profile": profile, "description": matrix.profiles[profile].description,
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "duration_s": round(duration_s, 1),
+            "complete": len(rows) == len(cells), "host": host.to_json(), "stages": stages,
+            "axes": list(mx.AXES), "summary": dict(sorted(summary.items())),
+            "cells": out_cells,
+            "excluded": [{"id": e.id, "values": dict(e.values), "rule": e.rule, "why": e.why,
+                          "condition": e.condition} for e in excluded]}
+
+
+def tail(path: str | None, root: Path, lines: int = TAIL_LINES) -> str:
+    if not path:
+        return "(no log)"
+    try:
+        text = (root / path).read_text(errors="replace").rstrip().splitlines()
+    except OSError:
+        return f"(log {path} unreadable)"
+    return "\n".join(text[-lines:])
+
+
+def render_md(report: dict, root: Path) -> str:
+    stages = report["stages"]
+    cells = report["cells"]
+    s = report["summary"]
+    failed = [(c, name, r) for c in cells for name, r in c["stages"].items() if r["status"] == "fail"]
+    verdict = "FAILED" if failed else "passed" if report["complete"] else "INCOMPLETE"
+    counts = (f"{len(cells)} cells × {len(stages)} stages in {report['duration_s'] / 60:.1f} min: "
+              f"**{s.get('pass', 0)} pass, {s.get('fail', 0)} fail, {s.get('skipped', 0)} skipped** "
+              f"(stage runs: {s.get('origin.run', 0)} executed, {s.get('origin.cached', 0)} cached "
+              f"from an earlier run, {s.get('origin.reused', 0)} reused from another cell). "
+              f"Host: Python {report['host']['python']}, {report['host']['glibc']}, "
+              f"GPU: {'yes' if report['host']['gpu']['ok'] else 'no'}.")
+    lines = [f"# opforge matrix: profile `{report['profile']}` — {verdict}", "",
+             f"{report['description']}", "", counts, ""]
+    lines += ["## Stages", "", "| stage | pass | fail | skipped | executed | reused | cached | time |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name in stages:
+        rs = [c["stages"][name] for c in cells if name in c["stages"]]
+        count = Counter(outcome(r["status"]) for r in rs)
+        origin = Counter(r["origin"] for r in rs)
+        seconds = sum(r["duration_s"] for r in rs)
+        lines.append(f"| {name} | {count['pass']} | {count['fail']} | {count['skipped']} | "
+                     f"{origin['run']} | {origin['reused']} | {origin['cached']} | {seconds:.0f} s |")
+    lines.append("")
+    if failed:
+        lines += ["## Failures", ""]
+        seen = set()
+        for cell, name, result in failed:
+            if result["key"] in seen:
+                continue
+            seen.add(result["key"])
+            same = sum(1 for _, n, r in failed if r["key"] == result["key"])
+            lines += [f"### {name} — cell {cell['index']}: `{cell['id']}`"
+                      + (f" (and {same - 1} cells reusing it)" if same > 1 else ""), "",
+                      f"{result['detail']}" if result["detail"] else "",
+                      f"log: [{result['log']}]({_rel(result['log'])})", "", "```",
+                      tail(result["log"], root), "```", ""]
+    skips = Counter(r["status"].removeprefix("skipped: ") for c in cells
+                    for r in c["stages"].values() if outcome(r["status"]) == "skipped")
+    if skips:
+        lines += ["## Skipped", "", "| reason | stage results |", "| --- | ---: |"]
+        lines += [f"| {reason} | {count} |" for reason, count in skips.most_common()]
+        lines.append("")
+    lines += _numbers(cells)
+    plots = sorted({a for c in cells for r in c["stages"].values() for a in r["artifacts"]
+                    if a.endswith(".png")})
+    if plots:
+        lines += ["## Plots", ""] + [f"- [{a}]({_rel(a)})" for a in plots] + [""]
+    legend = ("✓ pass, ✗ fail, ↺ reused from another cell, ◆ cached from an earlier run, "
+              "– skipped (reason above).")
+    lines += ["## Cells", "", legend, "",
+              "| # | " + " | ".join(report["axes"]) + " | " + " | ".join(stages) + " |",
+              "| ---: | " + " | ".join("---" for _ in report["axes"]) + " | "
+              + " | ".join(":-:" for _ in stages) + " |"]
+    for cell in cells:
+        marks = [_mark(cell["stages"].get(name)) for name in stages]
+        lines.append(f"| {cell['index']} | " + " | ".join(cell["values"][a] for a in report["axes"])
+                     + " | " + " | ".join(marks) + " |")
+    lines.append("")
+    if report["excluded"]:
+        lines += ["## Excluded by rules", "", "| combination | rule | condition |",
+                  "| --- | --- | --- |"]
+        lines += [f"| `{e['id']}` | {e['rule']}: {e['why']} | `{e['condition']}` |"
+                  for e in report["excluded"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _mark(result: dict | None) -> str:
+    if result is None:
+        return ""
+    if result["status"] == "fail":
+        return "✗"
+    if outcome(result["status"]) == "skipped":
+        return "–"
+    return {"reused": "↺", "cached": "◆"}.get(result["origin"], "✓")
+
+
+def _rel(path: str) -> str:
+    """Links in report.md are relative to build/matrix/ (paths are repository-relative or absolute)."""
+    if os.path.isabs(path):
+        return path
+    return path.removeprefix("build/matrix/") if path.startswith("build/matrix/") else f"../../{path}"
+
+
+def _numbers(cells: list[dict]) -> list[str]:
+    rows, seen = [], set()
+    for cell in cells:
+        for name, result in cell["stages"].items():
+            if result["origin"] not in ("run", "cached") or result["key"] in seen:
+                continue
+            seen.add(result["key"])
+            if result["numbers"] or result["detail"] or result["artifacts"]:
+                numbers = _headline(result["numbers"])
+                files = " ".join(f"[{Path(a).name}]({_rel(a)})" for a in result["artifacts"]
+                                 if a.endswith(".md"))
+                rows.append(f"| {name} | {cell['index']} | {result['status']} | "
+                            f"{result['duration_s']:.1f} s | {result['detail']} {files} | {numbers} |")
+    if not rows:
+        return []
+    return ["## Results (each distinct stage run once)", "",
+            "| stage | cell | status | time | detail | numbers |",
+            "| --- | ---: | --- | ---: | --- | --- |", *rows, ""]
+
+
+def _headline(numbers: dict[str, Any]) -> str:
+    """The first few numbers, short names first; the rest are in report.json."""
+    keys = sorted(numbers, key=lambda k: (k.count("."), k))
+    top = [k for k in keys if k.count(".") <= 1][:SHOWN_NUMBERS] or keys[:4]
+    shown = [f"{k}={str(numbers[k])[:40]}" for k in top]
+    if len(keys) > len(top):
+        shown.append(f"… {len(keys) - len(top)} more in report.json")
+    return ", ".join(shown)
+
+
+def write(out: Path, **kw) -> dict:
+    root = out.parent.parent  # the repository (out is build/matrix)
+    data = build_json(**kw)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "report.json.tmp"
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    tmp.replace(out / "report.json")
+    (out / "report.md").write_text(render_md(data, root) + "\n")
+    return data
+
+
+def exit_code(data: dict[str, Any]) -> int:
+    return 1 if data["summary"].get("fail", 0) or not data["complete"] else 0

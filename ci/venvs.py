@@ -1,0 +1,89 @@
+"""One venv per pinned dependency set, made once and reused (the torch CUDA venv is ~5.6 GB).
+
+A venv's name carries a hash of its requirement list; `.opforge-requirements` inside it records
+the list, written only after pip succeeded, so a half-made venv is rebuilt, never reused.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ci import matrix as mx
+
+VENVS = mx.REPO / "build" / "venvs"
+MARKER = ".opforge-requirements"
+
+
+def pin(name: str, version: str) -> str:
+    return f"{name}=={version}"
+
+
+def python_pins(matrix: mx.Matrix, *, names: Iterable[str], settings: Mapping | None = None) -> list[str]:
+    """Pins from matrix.yaml `python:`; a cell setting of the same name (numpy) overrides."""
+    settings = settings or {}
+    out = []
+    for name in names:
+        version = settings.get(name) or matrix.python[name]
+        out.append(pin(name, str(version)))
+    return out
+
+
+def torch_requirements(matrix: mx.Matrix, torch: str) -> list[str]:
+    ort = matrix.suite["ort"]
+    return [*matrix.props("torch", torch)["packages"], *matrix.props("ort", ort)["packages"],
+            *python_pins(matrix, names=("numpy", "onnx", "onnxscript", "pytest", "setuptools",
+                                        "ninja", "matplotlib"))]
+
+
+def ort_requirements(matrix: mx.Matrix, ort: str, settings: Mapping) -> list[str]:
+    return [*matrix.props("ort", ort)["packages"],
+            *python_pins(matrix, names=("numpy", "onnx", "pytest"), settings=settings),
+            # the TensorRT plugin's tests read the header pin from matrix.yaml
+            pin("pyyaml", matrix.tools["pyyaml"])]
+
+
+def tools_requirements(matrix: mx.Matrix, names: Iterable[str]) -> list[str]:
+    return [pin(name, matrix.tools[name]) for name in names]
+
+
+def venv_path(label: str, requirements: list[str], root: Path = VENVS) -> Path:
+    digest = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:10]
+    return root / f"{label}-{digest}"
+
+
+def python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def ensure(label: str, requirements: list[str], log, root: Path = VENVS) -> Path:
+    """The venv for exactly these requirements; created (pip install) on first use only."""
+    venv = venv_path(label, requirements, root)
+    marker = venv / MARKER
+    wanted = "\n".join(sorted(requirements)) + "\n"
+    if marker.is_file() and marker.read_text() == wanted and python(venv).exists():
+        return venv
+    if venv.exists():
+        shutil.rmtree(venv)
+    started = time.monotonic()
+    log(f"creating venv {venv.name}: {' '.join(requirements)}")
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    _check([sys.executable, "-m", "venv", str(venv)], log)
+    _check([str(python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            "--progress-bar", "off", *requirements], log)
+    marker.write_text(wanted)
+    log(f"venv {venv.name} ready in {time.monotonic() - started:.0f} s")
+    return venv
+
+
+def _check(command: list[str], log) -> None:
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.stdout.strip():
+        log(done.stdout.strip())
+    if done.returncode != 0:
+        raise RuntimeError(f"`{' '.join(command[:4])} ...` failed (exit {done.returncode}): "
+                           f"{done.stdout.strip()[-800:]}")

@@ -1,0 +1,138 @@
+"""Repair wheels with auditwheel (third-party runtimes excluded), check their libraries, smoke-test.
+
+Checks per repaired wheel: the platform tag is manylinux (not linux_x86_64); every shared library
+has SONAME lib<name>.so.<major> equal to its file name, exports no C++ symbol and its entry
+points; no third-party runtime was grafted in; a fresh venv imports the package and finds the
+library at library_path().
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+# Runtimes the user brings; never bundled (PITFALLS: "wheel vendors libtorch / libcudart").
+EXCLUDES = ("libtorch*.so*", "libc10*.so*", "libcudart.so.*", "libonnxruntime.so.*",
+            "libnvinfer*.so*", "libshm.so*", "libgomp*.so*")
+# Entry points a library must export (ARCHITECTURE.md); anything mangled (_Z...) is a leak.
+ENTRY_POINTS = {"libopforge_ort.so": {"RegisterCustomOps"}, "libopforge_trt.so": {"getCreators"}}
+# import name and a smoke test per distribution
+SMOKE = {
+    "opforge_torch": "import os, torch, opforge_torch; assert os.path.isfile(opforge_torch.library_path()); "
+                     "assert hasattr(torch.ops.opforge, 'swish')",
+    "opforge_ort": "import os, opforge_ort; assert os.path.isfile(opforge_ort.library_path())",
+    "opforge_loader": "import os, opforge_loader; assert os.path.isfile(opforge_loader.library_path())",
+    "opforge_trt": "import os, opforge_trt; assert os.path.isfile(opforge_trt.library_path())",
+}
+
+
+def _run(command: list[str], log: Path, **kw) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, capture_output=True, text=True, **kw)
+    with open(log, "a") as handle:
+        handle.write(f"\n$ {' '.join(command)}\n{done.stdout}{done.stderr}")
+    return done
+
+
+def import_name(wheel: Path) -> str:
+    return wheel.name.split("-")[0].replace("-", "_").lower()
+
+
+def repair(wheel: Path, out: Path, tools: Path, log: Path) -> tuple[Path | None, str]:
+    command = [str(tools / "bin" / "auditwheel"), "repair", "-w", str(out)]
+    for pattern in EXCLUDES:
+        command += ["--exclude", pattern]
+    env = {"PATH": f"{tools / 'bin'}:/usr/bin:/bin"}
+    done = _run([*command, str(wheel)], log, env=env)
+    if done.returncode != 0:
+        return None, (done.stderr.strip().splitlines() or ["auditwheel failed"])[-1]
+    repaired = sorted(out.glob(f"{wheel.name.split('-')[0]}-*.whl"))
+    return (repaired[-1], "") if repaired else (None, "auditwheel wrote no wheel")
+
+
+def check_library(path: Path, log: Path) -> list[str]:
+    """Problems with one shared library: SONAME, exported symbols."""
+    problems = []
+    dynamic = _run(["readelf", "-d", str(path)], log).stdout
+    soname = re.search(r"Library soname: \[([^\]]+)\]", dynamic)
+    if not soname:
+        problems.append(f"{path.name}: no SONAME")
+    elif soname.group(1) != path.name or not re.fullmatch(r"lib[\w.+-]+\.so\.\d+", path.name):
+        problems.append(f"{path.name}: SONAME {soname.group(1)}, expected lib<name>.so.<major> = "
+                        "the file name")
+    symbols = _run(["nm", "-D", "--defined-only", str(path)], log).stdout.split("\n")
+    exported = {line.split()[-1].split("@")[0] for line in symbols
+                if len(line.split()) >= 3 and line.split()[1] in "TtDdBbVWRr"}
+    leaked = sorted(s for s in exported if s.startswith("_Z"))
+    if leaked:
+        problems.append(f"{path.name}: exports {len(leaked)} C++ symbols (e.g. {leaked[0]}); "
+                        "build with -fvisibility=hidden and a version script")
+    stem = path.name.split(".so")[0] + ".so"
+    missing = sorted(ENTRY_POINTS.get(stem, set()) - exported)
+    if missing:
+        problems.append(f"{path.name}: entry point {', '.join(missing)} not exported")
+    return problems
+
+
+def bundled_runtimes(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        names = [Path(n).name for n in archive.namelist()]
+    return sorted(n for n in names for p in EXCLUDES if fnmatch.fnmatch(n, p))
+
+
+def smoke(wheel: Path, venv: Path, log: Path, *, torch_site: Path | None = None) -> str | None:
+    """Install into a fresh venv and import; torch (if needed) is seen from torch_site."""
+    import sys
+
+    shutil.rmtree(venv, ignore_errors=True)
+    if _run([sys.executable, "-m", "venv", str(venv)], log).returncode != 0:
+        return "cannot create a venv"
+    python = venv / "bin" / "python"
+    name = import_name(wheel)
+    if name == "opforge_torch":
+        if torch_site is None:
+            return "no torch to smoke-test opforge_torch with"
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        (site / "matrix_torch.pth").write_text(f"{torch_site}\n")
+    # torch comes from the matrix's torch venv (5.6 GB, not reinstalled); other deps from the index
+    no_deps = ["--no-deps"] if name == "opforge_torch" else []
+    done = _run([str(python), "-m", "pip", "install", "--quiet", *no_deps, str(wheel)], log)
+    if done.returncode != 0:
+        return f"pip install {wheel.name} failed"
+    code = SMOKE.get(name, f"import {name}")
+    done = _run([str(python), "-c", code], log, cwd=str(venv))
+    return None if done.returncode == 0 else \
+        f"smoke test failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
+
+
+def repair_and_check(wheels: list[str], out: Path, tools: Path, log: Path,
+                     torch_site: Path | None = None) -> list[dict]:
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for wheel in map(Path, wheels):
+        name = import_name(wheel)
+        repaired, error = repair(wheel, out / "repaired", tools, log)
+        if repaired is None:
+            results.append({"name": name, "ok": False, "summary": f"{name}: repair: {error}"})
+            continue
+        problems = []
+        if "linux_x86_64" in repaired.name and "manylinux" not in repaired.name:
+            problems.append(f"tag {repaired.name} is not manylinux")
+        problems += [f"bundles {lib}" for lib in bundled_runtimes(repaired)]
+        unpacked = out / "unpacked" / name
+        shutil.rmtree(unpacked, ignore_errors=True)
+        with zipfile.ZipFile(repaired) as archive:
+            archive.extractall(unpacked)
+        for lib in sorted(unpacked.rglob("*.so*")):
+            if lib.is_file() and re.search(r"\.so(\.\d+)*$", lib.name) and ".libs" not in lib.parent.name:
+                problems += check_library(lib, log)
+        failure = smoke(repaired, out / "smoke" / name, log, torch_site=torch_site)
+        if failure:
+            problems.append(failure)
+        tag = repaired.name.rsplit("-", 1)[-1].removesuffix(".whl")
+        summary = f"{name}: {tag}, " + ("; ".join(problems) if problems else "ok")
+        results.append({"name": name, "ok": not problems, "summary": summary,
+                        "wheel": str(repaired)})
+    return results

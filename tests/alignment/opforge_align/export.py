@@ -1,0 +1,156 @@
+"""Layer 2, torch side: export one small model per op x dtype x (attributes, rank) in every form,
+and write the spec's cases (inputs, float64 reference, opforge_torch output) next to them.
+
+Folder layout (paths in manifest.json are relative to the folder):
+  manifest.json                     what was exported, and what was not (with the reason)
+  models/<entry>.<form>.onnx        forms: custom-ts, custom-dynamo, decomposed-ts, decomposed-dynamo
+  data/<op>.<dtype>.<case>.npz      in0, in1, ... (inputs), reference (float64), torch (opforge_torch)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checks import spec
+from .layer1 import TORCH_DTYPES, _attr_args, opforge_call, to_numpy, to_torch
+
+DTYPES = ("float32", "float64")
+NOT_EXPORTED = {
+    "bfloat16": "ONNX Runtime's CPU EP has no bfloat16 Sigmoid/ReduceMean and opforge_ort's CPU "
+                "kernels take float32/float64",
+}
+FORMS = ("custom-ts", "custom-dynamo", "decomposed-ts", "decomposed-dynamo")
+DYNAMO_MIN_OPSET = 18
+SAMPLE_DIMS = (3, 5, 7, 6)  # export-time shapes: no 0/1 sizes, which torch.export would specialize
+
+
+class OpModule(torch.nn.Module):
+    """One opforge op with fixed attributes: the graph every exporter sees."""
+
+    def __init__(self, op, attrs: dict):
+        super().__init__()
+        self.fn, self.attrs = opforge_call(op), _attr_args(op, attrs)
+
+
+class Swish(OpModule):
+    def forward(self, x):
+        return self.fn(x, *self.attrs)
+
+
+class RMSNorm(OpModule):
+    def forward(self, x, w):
+        return self.fn(x, w, *self.attrs)
+
+
+MODULES = {"Swish": Swish, "RMSNorm": RMSNorm}
+
+
+def entry_id(op, dtype: str, attrs: dict, rank: int) -> str:
+    attr_text = "-".join(f"{k}{float(v):g}" for k, v in sorted(attrs.items())) or "default"
+    return f"{op.name}.{dtype}.r{rank}.{attr_text}"
+
+
+def sample_inputs(op, rank: int, dtype: str) -> tuple:
+    x = torch.randn(SAMPLE_DIMS[:rank], dtype=TORCH_DTYPES[dtype])
+    if op.name == "RMSNorm":
+        return x, torch.rand(SAMPLE_DIMS[rank - 1], dtype=TORCH_DTYPES[dtype]) + 0.5
+    return (x,)
+
+
+def dynamic_dims(op, rank: int, dynamo: bool) -> dict:
+    """Every dimension dynamic: one model serves every case of its rank."""
+    names = ["X", "W"][: len(op.inputs)] if not dynamo else ["x", "w"][: len(op.inputs)]
+    ranks = [rank, 1][: len(op.inputs)]
+    if dynamo:
+        dim = torch.export.Dim.DYNAMIC
+        return {"dynamic_shapes": {n: {i: dim for i in range(r)} for n, r in zip(names, ranks)}}
+    axes = {n: {i: f"{n}_{i}" for i in range(r)} for n, r in zip(names, ranks)}
+    axes["Y"] = {i: f"X_{i}" for i in range(rank)}
+    return {"dynamic_axes": axes, "input_names": names, "output_names": ["Y"]}
+
+
+def export_form(op, attrs, rank, dtype, *, form: str, path: Path, opset: int,
+                ir_version: int | None):
+    """Writes one model; returns its path, or the reason it was not written."""
+    from opforge_torch import onnx as opforge_onnx
+
+    dynamo = form.endswith("dynamo")
+    if dynamo and opset < DYNAMO_MIN_OPSET:
+        return {"skipped": f"the dynamo exporter writes opset >= {DYNAMO_MIN_OPSET}, this cell "
+                           f"exports opset {opset}"}
+    model = MODULES[op.name](op, attrs).eval()
+    kw = dynamic_dims(op, rank, dynamo) if rank else {}
+    if dynamo:
+        kw["verbose"] = False
+    opforge_onnx.export(model, sample_inputs(op, rank, dtype), str(path),
+                        decomposed=form.startswith("decomposed"), dynamo=dynamo,
+                        opset_version=opset, **kw)
+    if ir_version:
+        set_ir_version(path, ir_version)
+    return str(path)
+
+
+def set_ir_version(path: Path, ir_version: int) -> None:
+    """Older runtimes (ORT < 1.18) refuse newer IR versions; the graph itself needs nothing newer."""
+    import onnx
+
+    model = onnx.load(str(path))
+    if model.ir_version > ir_version:
+        model.ir_version = ir_version
+        for node in model.graph.node:  # node metadata came with IR 10
+            del node.metadata_props[:]
+        onnx.save(model, str(path))
+
+
+def group_cases(op, dtype: str) -> dict:
+    """{(attrs, rank): [case, ...]}: the cases one exported model serves."""
+    groups = {}
+    for case in op.cases(dtype):
+        key = (tuple(sorted(case.attrs.items())), np.ndim(case.inputs[0]))
+        groups.setdefault(key, []).append(case)
+    return groups
+
+
+def export_all(out: Path, *, opset: int, ir_version: int | None = None, ops=None,
+               dtypes=DTYPES, forms=FORMS) -> dict:
+    (out / "models").mkdir(parents=True, exist_ok=True)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    manifest = {"torch": torch.__version__, "opset": opset, "ir_version": ir_version,
+                "entries": [], "not_exported": []}
+    for op in ops or spec.OPS.values():
+        for dtype, reason in NOT_EXPORTED.items():
+            manifest["not_exported"].append({"op": op.name, "dtype": dtype, "reason": reason})
+        for dtype in dtypes:
+            for (attrs, rank), cases in group_cases(op, dtype).items():
+                manifest["entries"].append(
+                    _export_entry(out, op, dict(attrs), rank, dtype, cases=cases, opset=opset,
+                                  ir_version=ir_version, forms=forms))
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def _export_entry(out, op, attrs, rank, dtype, *, cases, opset, ir_version, forms) -> dict:
+    eid = entry_id(op, dtype, attrs, rank)
+    models = {}
+    for form in forms:
+        path = out / "models" / f"{eid}.{form}.onnx"
+        try:
+            result = export_form(op, attrs, rank, dtype, form=form, path=path, opset=opset,
+                                 ir_version=ir_version)
+        except Exception as err:  # noqa: BLE001  an export that breaks is a result to report
+            result = {"error": f"{type(err).__name__}: {err}"[:2000]}
+        models[form] = str(Path(result).relative_to(out)) if isinstance(result, str) else result
+    return {"id": eid, "op": op.name, "dtype": dtype, "attrs": attrs, "rank": rank,
+            "models": models, "cases": [_write_case(out, op, dtype, attrs, c) for c in cases]}
+
+
+def _write_case(out: Path, op, dtype: str, attrs: dict, case) -> dict:
+    inputs = [to_torch(a, dtype, "cpu") for a in case.inputs]
+    torch_out = to_numpy(MODULES[op.name](op, attrs)(*inputs))
+    path = out / "data" / f"{op.name}.{dtype}.{case.name}.npz"
+    arrays = {f"in{i}": np.asarray(a) for i, a in enumerate(case.inputs)}
+    np.savez(path, reference=op.reference(*case.inputs, **case.attrs), torch=torch_out, **arrays)
+    return {"name": case.name, "data": str(path.relative_to(out))}

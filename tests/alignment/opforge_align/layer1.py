@@ -1,0 +1,115 @@
+"""Layer 1: torch composed ops <-> opforge_torch, per device and dtype, against the float64
+reference and against each other."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .checks import (
+    Results,
+    against_neighbour,
+    against_reference,
+    failed,
+    inject_fault,
+    skipped,
+    spec,
+)
+
+DTYPES = ("float32", "float64", "bfloat16")
+CUDA_ONLY = ("float16",)
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+                "float16": torch.float16}
+
+
+def to_torch(a: np.ndarray, dtype: str, device: str, non_contiguous: bool = False) -> torch.Tensor:
+    """The case's values as a torch tensor (bfloat16 arrays arrive as float32 holding bf16 values,
+    so the conversion is exact); `non_contiguous`: every other element of a wider buffer."""
+    t = torch.from_numpy(np.array(a, order="C"))  # ascontiguousarray makes rank 0 rank 1
+    t = t.to(device=device, dtype=TORCH_DTYPES[dtype])
+    if not non_contiguous or t.dim() == 0:
+        return t
+    wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=device)
+    wide[..., ::2] = t
+    view = wide[..., ::2]
+    assert not view.is_contiguous() or view.numel() <= 1
+    return view
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """float32 for bfloat16 (exact), the tensor's own dtype otherwise."""
+    t = t.detach().cpu()
+    return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
+
+
+def swish_composed(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    return x * torch.sigmoid(beta * x)
+
+
+def rms_norm_composed(x: torch.Tensor, w: torch.Tensor, epsilon: float = 1e-6) -> torch.Tensor:
+    """In float64 for float64, else in float32 (as RMSNorm is usually written); rows of zeros
+    give 0, as the spec asks."""
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xa, wa = x.to(acc), w.to(acc)
+    denom = xa.pow(2).mean(dim=-1, keepdim=True) + epsilon
+    inv = torch.where(denom == 0, torch.zeros_like(denom), torch.rsqrt(denom))
+    return (xa * inv * wa).to(x.dtype)
+
+
+COMPOSED = {"Swish": swish_composed, "RMSNorm": rms_norm_composed}
+
+
+def _attr_args(op, attrs) -> list:
+    # Attributes are float32 everywhere (ONNX, the kernels); the reference rounds them the same way.
+    values = {**op.defaults(), **attrs}
+    return [float(np.float32(values[k])) for k in op.attributes]
+
+
+def opforge_call(op):
+    import opforge_torch  # noqa: F401  (registers torch.ops.opforge)
+
+    return getattr(torch.ops.opforge, op.torch_name)
+
+
+def devices() -> tuple:
+    return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+
+
+def run(ops=None, dtypes=DTYPES, fault: str | None = None) -> Results:
+    results = Results(context={"torch": torch.__version__})
+    for op in ops or spec.OPS.values():
+        if "cuda" not in devices():
+            results.add(skipped("no GPU: torch.cuda.is_available() is False", layer="1", op=op.name,
+                                dtype="*", subject="opforge_torch.cuda", against="reference"))
+        for device in devices():
+            # float16 only where the kernels have it (CUDA); float64 only on the CPU
+            for dtype in (*dtypes, *(CUDA_ONLY if device == "cuda" else ())):
+                if device == "cuda" and dtype == "float64":
+                    results.add(skipped("the CUDA kernels take float32/float16/bfloat16 only",
+                                        layer="1", op=op.name, dtype=dtype, against="reference",
+                                        subject="opforge_torch.cuda"))
+                    continue
+                _run_one(results, op, device, dtype, fault)
+    return results
+
+
+def _run_one(results: Results, op, device: str, dtype: str, fault) -> None:
+    fused = opforge_call(op)
+    for case in op.cases(dtype):
+        inputs = [to_torch(a, dtype, device, case.non_contiguous and i == 0)
+                  for i, a in enumerate(case.inputs)]
+        attrs = _attr_args(op, case.attrs)
+        where = {"layer": "1", "case": case.name}
+        try:
+            ours = inject_fault(fault, to_numpy(fused(*inputs, *attrs)), dtype)
+        except RuntimeError as err:  # the op refused a valid case: a failure, reported
+            results.add(failed(f"opforge_torch raised: {err}", op=op.name, dtype=dtype,
+                               subject=f"opforge_torch.{device}", against="reference", **where))
+            continue
+        composed = to_numpy(COMPOSED[op.name](*inputs, *attrs))
+        results.add(against_reference(op, ours, case.inputs, case.attrs, dtype,
+                                      subject=f"opforge_torch.{device}", **where))
+        results.add(against_reference(op, composed, case.inputs, case.attrs, dtype,
+                                      subject=f"torch_composed.{device}", **where))
+        results.add(against_neighbour(op, ours, composed, case.inputs, dtype,
+                                      subject=f"opforge_torch.{device}",
+                                      against=f"torch_composed.{device}", **where))
