@@ -3,8 +3,8 @@
 //
 // The loops are written so that GCC and Clang auto-vectorize them: a branchless exp, selects
 // instead of branches, several independent accumulators for reductions. Each float loop is
-// compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time (target_clones), so a
-// portable wheel still runs at the machine's vector width.
+// compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2+FMA) and baseline x86-64 and picked at load
+// time (target_clones), so a portable wheel still runs at the machine's vector width.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@
 #include "opforge/kernels/math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__) && !defined(OPFORGE_NO_CLONES)
-#define OPFORGE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define OPFORGE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define OPFORGE_CLONES
 #endif
@@ -24,6 +24,17 @@
 #else
 #define OPFORGE_ALWAYS_INLINE inline
 #define OPFORGE_CPU_ENTRY static
+#endif
+
+// GCC will not if-convert a select whose arms it would have to speculate under -ftrapping-math,
+// and after jump threading every `?:` below becomes such a branch: the loops then stay scalar
+// on AVX2 (AVX-512 masks hide it). Traps are never enabled here, so the kernels opt out; values
+// (NaN, Inf, rounding) are unchanged. -O2's "very cheap" cost model also skips loops that need an
+// epilogue, so vectorization is asked for with the dynamic cost model whatever the caller's -O.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math", "tree-vectorize", "vect-cost-model=dynamic")
+#define OPFORGE_POP_OPTIONS
 #endif
 
 namespace opforge::kernels {
@@ -298,3 +309,8 @@ inline void rms_norm_backward<double, double>(const double* dy, const double* x,
 
 }  // namespace cpu
 }  // namespace opforge::kernels
+
+#ifdef OPFORGE_POP_OPTIONS
+#pragma GCC pop_options
+#undef OPFORGE_POP_OPTIONS
+#endif
