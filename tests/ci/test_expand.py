@@ -29,7 +29,7 @@ def test_torch_cuda_major_must_match_the_toolkit(matrix):
     excluded = cell(matrix, torch="2.14.1", toolkit="cuda-12.4-trixie")
     assert isinstance(excluded, mx.Excluded)
     assert excluded.rule == "torch-cuda-major"
-    assert isinstance(cell(matrix, torch="2.9.1", toolkit="cuda-12.4-trixie", arch_list="8.0;9.0"),
+    assert isinstance(cell(matrix, torch="2.10.0", toolkit="cuda-12.4-trixie", arch_list="8.0;9.0"),
                       mx.Cell)
 
 

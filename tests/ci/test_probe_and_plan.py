@@ -38,7 +38,7 @@ def test_gpu_stages_skip_without_a_gpu(matrix, repo, host):
 
 
 def test_unavailable_toolkit_skips_cuda_builds_only(matrix, repo, host):
-    cuda = first_cell(matrix, torch="2.9.1", toolkit="cuda-12.4-trixie")
+    cuda = first_cell(matrix, torch="2.10.0", toolkit="cuda-12.4-trixie")
     reason = probe.decide(matrix, host, matrix.stages["build-torch"], cuda, repo)
     assert reason == "toolkit cuda-12.4-trixie unavailable here (unavailable: needs apt-get)"
     cpu = first_cell(matrix, torch="2.13.0", toolkit="cuda-12.4-trixie")

@@ -51,7 +51,7 @@ def test_unknown_axis_in_profile(mutated):
 def test_unknown_value_in_profile(mutated):
     mutated["profiles"]["host"]["torch"] = ["2.13.0", "2.99.0"]
     assert error_of(mutated) == ("matrix.yaml: profiles.host.torch: 2.99.0: unknown torch value "
-                                 "(known: 2.13.0, 2.14.1, 2.9.1)")
+                                 "(known: 2.13.0, 2.14.1, 2.10.0)")
 
 
 def test_unquoted_version_read_as_a_number(mutated):
