@@ -155,15 +155,14 @@ def tests(session: nox.Session) -> None:
                 else []),
               REPO / "tests" / "alignment",
               REPO / "bench" / "tests"]
-    trt_tests = {}
-    if trt_env:  # the plugin's tests compile a host against its toolkit and check its SASS
-        from ci.runner import cuobjdump_for
-
-        trt_tests = {**trt_env, "OPFORGE_CUOBJDUMP": cuobjdump_for(trt_env) or ""}
+    # The plugin's tests compile a host against its toolkit; every suite that lists embedded
+    # SASS (kernels, torch_ext's nvcc check, trt_plugin) uses the toolkit's cuobjdump.
+    cuobjdump = {"OPFORGE_CUOBJDUMP": trt_env["OPFORGE_CUOBJDUMP"]} if trt_env else {}
     for path in suites:
         junit = results / f"junit-{path.relative_to(REPO).as_posix().replace('/', '-')}.xml"
         junit.unlink(missing_ok=True)
-        _pytest(session, "python", path, junit, **(trt_tests if "trt_plugin" in path.parts else {}))
+        _pytest(session, "python", path, junit,
+                **(trt_env if "trt_plugin" in path.parts else cuobjdump))
         junits.append(junit)
     # The ORT plugin against the oldest ONNX Runtime of the host profile, in a venv without torch.
     oldest = m.oldest("ort", m.suite["oldest_ort_of"])

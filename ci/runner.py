@@ -511,14 +511,12 @@ def copy_sources(snapshot: Path, package: str) -> None:
 
 
 def cuobjdump_for(env: Mapping[str, str]) -> str | None:
-    root = Path(env.get("OPFORGE_CUDA_HOME", ""))
-    own = root / "bin" / "cuobjdump"
-    if own.is_file():
-        return str(own)
-    from ci import debian
-
-    found = sorted((debian.cache_root() / "toolkits").glob("*/cuobjdump/nvidia/*/bin/cuobjdump"))
-    return str(found[-1]) if found else shutil.which("cuobjdump")
+    """The cuobjdump a provisioned toolkit names (its own or the pinned PyPI one), else PATH's."""
+    named = env.get("OPFORGE_CUOBJDUMP", "")
+    if named and Path(named).is_file():
+        return named
+    own = Path(env.get("OPFORGE_CUDA_HOME", "")) / "bin" / "cuobjdump"
+    return str(own) if own.is_file() else shutil.which("cuobjdump")
 
 
 def check_sass(wheels: list[str], arch_list: str, env: Mapping[str, str], log: Path) -> dict:

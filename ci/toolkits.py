@@ -301,7 +301,8 @@ def provision(toolkit_id: str, spec: ToolkitSpec | Mapping | None = None) -> Too
     root = Path(stamp["root"])
     nvcc = root / "bin" / "nvcc"
     env = {"CUDA_HOME": str(root), "CUDA_PATH": str(root), "OPFORGE_CUDA_HOME": str(root),
-           "CUDACXX": str(nvcc), "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+           "CUDACXX": str(nvcc), "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+           "OPFORGE_CUOBJDUMP": str(_cuobjdump(spec, root))}
     return Toolkit(spec.id, root, nvcc, stamp["version"], env)
 
 

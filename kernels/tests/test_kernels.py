@@ -1,5 +1,6 @@
 """The shared kernels themselves, compiled here and driven through a tiny C shim, against the spec."""
 import ctypes
+import os
 import re
 import shutil
 import subprocess
@@ -144,6 +145,9 @@ def test_a_one_ulp_error_would_be_caught(shim):
 
 
 def find_tool(name):
+    named = os.environ.get(f"OPFORGE_{name.upper()}", "")  # e.g. OPFORGE_CUOBJDUMP
+    if named and Path(named).is_file():
+        return named
     found = shutil.which(name)
     if found:
         return found
