@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import opforge_torch
+from abi_check import LOAD_AND_RUN  # shared with the matrix's cross-torch stage
 
 LIB = opforge_torch.library_path()
 
@@ -37,20 +38,6 @@ def test_exports_nothing_and_imports_only_the_stable_c_abi():
     # Any c10::/at::/torch:: C++ symbol would tie the binary to one torch release.
     assert not re.findall(r"\b(?:c10|at|torch)::\S+", undefined)
     assert "torch_library_impl" in undefined
-
-
-LOAD_AND_RUN = """
-import sys, torch
-torch.ops.load_library(sys.argv[1])
-assert "opforge_torch" not in sys.modules
-x = torch.linspace(-3, 3, 11)
-w = torch.rand(11) + 0.5
-y = torch.ops.opforge.swish(x, 1.0)
-assert torch.allclose(y, x * torch.sigmoid(x), rtol=1e-5, atol=1e-6), y
-r = torch.ops.opforge.rms_norm(x[None], w, 1e-6)
-assert torch.allclose(r, x * torch.rsqrt(x.pow(2).mean() + 1e-6) * w, rtol=1e-4, atol=1e-5), r
-print(torch.__version__)
-"""
 
 
 def test_loads_with_torch_ops_load_library_in_a_fresh_process():
