@@ -58,15 +58,8 @@ if(OPFORGE_ORT_HEADER_API LESS OPFORGE_ORT_MIN_API)
   message(FATAL_ERROR "opforge_ort: headers have ORT_API_VERSION ${OPFORGE_ORT_HEADER_API} < minimum ${OPFORGE_ORT_MIN_API}")
 endif()
 
-if(DEFINED ENV{OPFORGE_KERNELS_INCLUDE_DIR} AND NOT "$ENV{OPFORGE_KERNELS_INCLUDE_DIR}" STREQUAL "")
-  set(OPFORGE_KERNELS_INCLUDE_DIR "$ENV{OPFORGE_KERNELS_INCLUDE_DIR}")
-else()
-  set(OPFORGE_KERNELS_INCLUDE_DIR "${OPFORGE_REPO_ROOT}/kernels/include")
-endif()
-if(NOT EXISTS "${OPFORGE_KERNELS_INCLUDE_DIR}/opforge/kernels/cpu.h")
-  message(FATAL_ERROR "opforge_ort: shared kernels not found in ${OPFORGE_KERNELS_INCLUDE_DIR} "
-                      "(set OPFORGE_KERNELS_INCLUDE_DIR)")
-endif()
+include("${OPFORGE_REPO_ROOT}/kernels/cmake/opforge_package.cmake")
+opforge_find_kernels(opforge_ort "${OPFORGE_REPO_ROOT}")
 
 message(STATUS "opforge_ort: ORT headers ${OPFORGE_ORT_INCLUDE_DIR} (API ${OPFORGE_ORT_HEADER_API}, ${OPFORGE_ORT_HEADERS_LABEL}); "
                "requesting ORT API ${OPFORGE_ORT_MIN_API} at run time (ONNX Runtime >= 1.${OPFORGE_ORT_MIN_API})")

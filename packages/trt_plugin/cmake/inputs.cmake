@@ -44,15 +44,8 @@ if(NOT OPFORGE_TRT_MAJOR OR OPFORGE_TRT_MAJOR LESS 10)
 endif()
 set(OPFORGE_TRT_HEADER_VERSION "${OPFORGE_TRT_MAJOR}.${OPFORGE_TRT_MINOR}.${OPFORGE_TRT_PATCH}")
 
-if(DEFINED ENV{OPFORGE_KERNELS_INCLUDE_DIR} AND NOT "$ENV{OPFORGE_KERNELS_INCLUDE_DIR}" STREQUAL "")
-  set(OPFORGE_KERNELS_INCLUDE_DIR "$ENV{OPFORGE_KERNELS_INCLUDE_DIR}")
-else()
-  set(OPFORGE_KERNELS_INCLUDE_DIR "${OPFORGE_REPO_ROOT}/kernels/include")
-endif()
-if(NOT EXISTS "${OPFORGE_KERNELS_INCLUDE_DIR}/opforge/kernels/cuda.cuh")
-  message(FATAL_ERROR "opforge_trt: shared kernels not found in ${OPFORGE_KERNELS_INCLUDE_DIR} "
-                      "(set OPFORGE_KERNELS_INCLUDE_DIR)")
-endif()
+include("${OPFORGE_REPO_ROOT}/kernels/cmake/opforge_package.cmake")
+opforge_find_kernels(opforge_trt "${OPFORGE_REPO_ROOT}")
 
 message(STATUS "opforge_trt: TensorRT headers ${OPFORGE_TRT_INCLUDE_DIR} "
                "(TensorRT ${OPFORGE_TRT_HEADER_VERSION}, ${OPFORGE_TRT_HEADERS_LABEL})")
