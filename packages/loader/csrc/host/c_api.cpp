@@ -101,6 +101,17 @@ int32_t plugin_status(const OpforgeOpDef* d, int32_t status, char* buf, char* er
   return fill(err, len, msg, status);
 }
 
+// Input tensors and the output count, checked before any call into the plugin.
+int32_t check_call(const OpforgeOpDef* d, const OpforgeTensor* inputs, uint32_t n_in, uint32_t n_out, char* err,
+                   size_t len) {
+  std::string msg;
+  if (!check_inputs(d, inputs, n_in, msg)) return fill(err, len, msg, OPFORGE_ERR_INVALID_ARGUMENT);
+  if (n_out != d->num_outputs)
+    return fill(err, len, op_prefix(d) + "outputs: expected " + std::to_string(d->num_outputs) + ", got " + std::to_string(n_out),
+                OPFORGE_ERR_INVALID_ARGUMENT);
+  return OPFORGE_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -209,11 +220,7 @@ void opforge_op_destroy(const OpforgeOpRef* ref, void* instance) {
 int32_t opforge_op_output_shapes(const OpforgeOpRef* ref, void* instance, const OpforgeTensor* inputs, uint32_t n_in,
                                  OpforgeTensorDesc* outputs, uint32_t n_out, char* err, size_t len) {
   const OpforgeOpDef* d = entry_of(ref)->def;
-  std::string msg;
-  if (!check_inputs(d, inputs, n_in, msg)) return fill(err, len, msg, OPFORGE_ERR_INVALID_ARGUMENT);
-  if (n_out != d->num_outputs)
-    return fill(err, len, op_prefix(d) + "outputs: expected " + std::to_string(d->num_outputs) + ", got " + std::to_string(n_out),
-                OPFORGE_ERR_INVALID_ARGUMENT);
+  if (int32_t bad = check_call(d, inputs, n_in, n_out, err, len)) return bad;
   char buf[1024] = {0};
   return plugin_status(d, d->output_shapes(instance, inputs, n_in, outputs, n_out, buf, sizeof(buf) - 1), buf, err, len);
 }
@@ -221,11 +228,7 @@ int32_t opforge_op_output_shapes(const OpforgeOpRef* ref, void* instance, const 
 int32_t opforge_op_compute(const OpforgeOpRef* ref, void* instance, const OpforgeTensor* inputs, uint32_t n_in,
                            OpforgeTensor* outputs, uint32_t n_out, char* err, size_t len) {
   const OpforgeOpDef* d = entry_of(ref)->def;
-  std::string msg;
-  if (!check_inputs(d, inputs, n_in, msg)) return fill(err, len, msg, OPFORGE_ERR_INVALID_ARGUMENT);
-  if (n_out != d->num_outputs)
-    return fill(err, len, op_prefix(d) + "outputs: expected " + std::to_string(d->num_outputs) + ", got " + std::to_string(n_out),
-                OPFORGE_ERR_INVALID_ARGUMENT);
+  if (int32_t bad = check_call(d, inputs, n_in, n_out, err, len)) return bad;
   char buf[1024] = {0};
   return plugin_status(d, d->compute(instance, inputs, n_in, outputs, n_out, buf, sizeof(buf) - 1), buf, err, len);
 }
