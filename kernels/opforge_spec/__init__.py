@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .numerics import DTYPES, Errors, dtype_name, measure, round_to, ulp
-from .ops import (DOMAIN, DOMAIN_VERSION, OPS, RMS_NORM, SWISH, Attr, BadCase, Case, OpSpec, error,
-                  strided)
+from .ops import (DOMAIN, DOMAIN_VERSION, FLOAT32_OVERFLOW, OPS, RMS_NORM, SWISH, Attr, BadCase, Case,
+                  OpSpec, error, finite_in_float32, format_number, strided)
 
-__all__ = ["DOMAIN", "DOMAIN_VERSION", "DTYPES", "OPS", "RMS_NORM", "SWISH", "Attr", "BadCase",
-           "Case", "Errors", "OpSpec", "dtype_name", "error", "include_dir", "measure", "round_to",
-           "strided", "ulp"]
+__all__ = ["DOMAIN", "DOMAIN_VERSION", "DTYPES", "FLOAT32_OVERFLOW", "OPS", "RMS_NORM", "SWISH", "Attr",
+           "BadCase", "Case", "Errors", "OpSpec", "dtype_name", "error", "finite_in_float32",
+           "format_number", "include_dir", "measure", "round_to", "strided", "ulp"]
 
 
 def include_dir() -> Path:

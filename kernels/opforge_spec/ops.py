@@ -2,7 +2,6 @@
 input cases every layer (torch, ONNX Runtime, TensorRT, loader plugins) is tested on."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,6 +18,21 @@ def error(op_name: str, what: str, expected: str, got: str) -> str:
     return f"opforge.{op_name}: {what}: expected {expected}, got {got}"
 
 
+def format_number(value: float) -> str:
+    """A number as the C++ layers print it (printf "%.9g": round-trips every float32)."""
+    return "%.9g" % value
+
+
+# Attributes are float32: a value must stay finite once rounded to float32. 2**128 - 2**103 is the
+# midpoint between float32's max and 2**128; it and everything above round to inf. The C++ twin is
+# kernels/include/opforge/kernels/attrs.h.
+FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
+
+def finite_in_float32(value: float) -> bool:
+    return abs(value) < FLOAT32_OVERFLOW
+
+
 @dataclass(frozen=True)
 class Attr:
     name: str
@@ -26,13 +40,18 @@ class Attr:
     doc: str
     check: Callable[[float], str | None]  # returns the expectation text when the value is invalid
 
+    def error(self, op_name: str, value: float) -> str | None:
+        """The canonical error text for `value`, or None when it is valid."""
+        expected = self.check(value)
+        return None if expected is None else error(op_name, self.name, expected, format_number(value))
+
 
 def _finite(value: float) -> str | None:
-    return None if math.isfinite(value) else "a finite float"
+    return None if finite_in_float32(value) else "a finite float32"
 
 
 def _finite_non_negative(value: float) -> str | None:
-    return None if math.isfinite(value) and value >= 0 else "a finite float >= 0"
+    return None if finite_in_float32(value) and value >= 0 else "a finite float32 >= 0"
 
 
 @dataclass
@@ -152,6 +171,9 @@ def _swish_bad_cases() -> list:
     return [
         BadCase("int64_input", (np.ones((2, 3), np.int64),), {}, ("opforge.Swish", "X")),
         BadCase("nan_beta", (x,), {"beta": float("nan")}, ("opforge.Swish", "beta")),
+        BadCase("inf_beta", (x,), {"beta": float("-inf")}, ("opforge.Swish", "beta")),
+        # finite as a double, inf as the float32 every kernel computes with
+        BadCase("beta_beyond_float32", (x,), {"beta": 1e39}, ("opforge.Swish", "beta")),
     ]
 
 
@@ -220,6 +242,7 @@ def _rms_norm_bad_cases() -> list:
         BadCase("weight_length", (x, np.ones((3,), np.float32)), {}, ("opforge.RMSNorm", "W")),
         BadCase("weight_rank", (x, np.ones((1, 4), np.float32)), {}, ("opforge.RMSNorm", "W")),
         BadCase("negative_epsilon", (x, w), {"epsilon": -1.0}, ("opforge.RMSNorm", "epsilon")),
+        BadCase("epsilon_beyond_float32", (x, w), {"epsilon": 1e300}, ("opforge.RMSNorm", "epsilon")),
     ]
 
 

@@ -23,3 +23,13 @@ namespace cpu = opforge::kernels::cpu;
 SHIM(float, f32)
 SHIM(double, f64)
 SHIM(k::bfloat16, bf16)
+
+#include "opforge/kernels/attrs.h"
+
+#include <cstring>
+
+// Writes attrs.h's verdict for (op, value) into `out`: "" when valid, else the error text.
+extern "C" void attr_error(const char* op, double value, char* out, size_t size) {
+  const k::AttrSpec& attr = std::strcmp(op, "Swish") == 0 ? k::kSwishBeta : k::kRMSNormEpsilon;
+  std::snprintf(out, size, "%s", k::attr_error(attr, value).c_str());
+}

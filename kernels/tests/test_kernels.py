@@ -184,3 +184,21 @@ def test_cuda_kernels_compile_to_sass(tmp_path):
     listing = subprocess.run([cuobjdump, "--list-elf", str(obj)], capture_output=True, text=True,
                              check=True).stdout
     assert "sm_80" in listing and "sm_90" in listing, listing
+
+
+ATTR_VALUES = [1.0, 0.0, -0.0, -0.75, 1e-6, 1e-50, 1e38, 3.4028234663852886e38,
+               spec.ops.FLOAT32_OVERFLOW, np.nextafter(spec.ops.FLOAT32_OVERFLOW, 0), 1e39, -1e39,
+               1e300, -1.0, float("inf"), float("-inf"), float("nan")]
+
+
+@pytest.mark.parametrize("value", ATTR_VALUES, ids=repr)
+@pytest.mark.parametrize("op", [spec.SWISH, spec.RMS_NORM], ids=lambda o: o.name)
+def test_attribute_rule_is_the_same_in_cpp_and_python(shim, op, value):
+    """attrs.h and opforge_spec agree on the verdict and on the message, byte for byte."""
+    (attr,) = op.attributes.values()
+    out = ctypes.create_string_buffer(256)
+    shim.attr_error(op.name.encode(), ctypes.c_double(value), out, ctypes.c_size_t(256))
+    assert out.value.decode() == (attr.error(op.name, value) or "")
+    with np.errstate(over="ignore"):
+        finite32 = bool(np.isfinite(np.float32(value)))
+    assert (attr.error(op.name, value) is None) == (finite32 and (op is spec.SWISH or value >= 0))

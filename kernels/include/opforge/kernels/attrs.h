@@ -1,0 +1,61 @@
+// The attribute rule every opforge layer applies (torch, ONNX Runtime, TensorRT, loader plugins),
+// with the canonical error text. Host-only. The Python twin is opforge_spec.ops (Attr.check,
+// error, format_number); kernels/tests checks that both give the same verdict and message.
+//
+// Attributes are float32 (ONNX AttributeProto.f and every kernel), but torch and TensorRT hand
+// them over as doubles: a value is valid only if it stays finite once rounded to float32.
+// Checking the double alone let beta=1e39 through as inf, and casting first is undefined
+// behaviour for out-of-range doubles, so the rule compares against the rounding boundary.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace opforge::kernels {
+
+// 2^128 - 2^103: the midpoint between FLT_MAX and 2^128. Round-to-nearest-even sends it (and
+// everything above) to inf, everything below to a finite float.
+inline constexpr double kFloat32Overflow = 3.4028235677973366e38;
+
+inline bool finite_in_float32(double value) { return std::fabs(value) < kFloat32Overflow; }
+
+enum class AttrRange { kAnyFinite, kFiniteNonNegative };
+
+struct AttrSpec {
+  const char* op;      // "Swish"
+  const char* name;    // "beta"
+  double default_value;
+  AttrRange range;
+};
+
+inline constexpr AttrSpec kSwishBeta{"Swish", "beta", 1.0, AttrRange::kAnyFinite};
+inline constexpr AttrSpec kRMSNormEpsilon{"RMSNorm", "epsilon", 1e-6, AttrRange::kFiniteNonNegative};
+
+inline const char* attr_expectation(AttrRange range) {
+  return range == AttrRange::kFiniteNonNegative ? "a finite float32 >= 0" : "a finite float32";
+}
+
+inline bool attr_valid(AttrRange range, double value) {
+  return finite_in_float32(value) && (range == AttrRange::kAnyFinite || value >= 0.0);
+}
+
+// Shortest form that round-trips a float32 ("%.9g"); opforge_spec.format_number matches it.
+inline std::string format_number(double value) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.9g", value);
+  return text;
+}
+
+inline std::string error_text(const std::string& op, const std::string& what,
+                              const std::string& expected, const std::string& got) {
+  return "opforge." + op + ": " + what + ": expected " + expected + ", got " + got;
+}
+
+// Empty when `value` is valid for `attr`, else the canonical error text.
+inline std::string attr_error(const AttrSpec& attr, double value) {
+  if (attr_valid(attr.range, value)) return {};
+  return error_text(attr.op, attr.name, attr_expectation(attr.range), format_number(value));
+}
+
+}  // namespace opforge::kernels
