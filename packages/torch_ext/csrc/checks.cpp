@@ -1,6 +1,7 @@
 #include "common.h"
 
-#include <cmath>
+#include <opforge/kernels/attrs.h>
+
 #include <sstream>
 #include <stdexcept>
 
@@ -15,8 +16,18 @@ std::string shape_str(const Tensor& t) {
   return out.str();
 }
 
+// As Python prints torch.device, so the fake kernels' messages match these.
 std::string device_str(const Tensor& t) {
-  return t.is_cuda() ? "cuda:" + std::to_string(t.get_device_index()) : "cpu";
+  using torch::headeronly::DeviceType;
+  const torch::stable::Device device = t.device();
+  std::string name;
+  switch (device.type()) {
+    case DeviceType::CPU: name = "cpu"; break;
+    case DeviceType::CUDA: name = "cuda"; break;
+    case DeviceType::Meta: name = "meta"; break;
+    default: name = "device type " + std::to_string(static_cast<int>(device.type())); break;
+  }
+  return device.has_index() ? name + ":" + std::to_string(device.index()) : name;
 }
 
 std::string dtype_str(ScalarType t) {
@@ -35,6 +46,13 @@ std::string dtype_str(ScalarType t) {
   }
 }
 
+// Only a direct redispatch can hand a kernel tensors of another device; refuse before reading them.
+void check_backend_device(Backend backend, const char* op, const Tensor& x) {
+  const bool on_backend = backend == Backend::CPU ? x.is_cpu() : x.is_cuda();
+  if (!on_backend)
+    fail(op, "X", backend == Backend::CPU ? "a tensor on cpu" : "a tensor on cuda", device_str(x));
+}
+
 bool dtype_supported(Backend backend, ScalarType t) {
   if (t == ScalarType::Float || t == ScalarType::BFloat16) return true;
   return backend == Backend::CPU ? t == ScalarType::Double : t == ScalarType::Half;
@@ -47,15 +65,21 @@ void check_dtype(Backend backend, const char* op, const char* name, const Tensor
   fail(op, name, allowed, dtype_str(t.scalar_type()));
 }
 
-// `t` must share dtype and device with the reference input `ref` (named `ref_name`).
-void check_like(const char* op, const char* name, const Tensor& t, const char* ref_name,
-                const Tensor& ref) {
-  if (t.scalar_type() != ref.scalar_type())
-    fail(op, name, "dtype " + dtype_str(ref.scalar_type()) + " (dtype of " + ref_name + ")",
-         dtype_str(t.scalar_type()));
+// Checked before anything else: with tensors on two devices the dispatcher picks one device's
+// kernel (a meta weight sends a CPU call to the fake kernel), so nothing else can be trusted.
+void check_same_device(const char* op, const char* name, const Tensor& t, const char* ref_name,
+                       const Tensor& ref) {
   if (device_str(t) != device_str(ref))
     fail(op, name, "a tensor on " + device_str(ref) + " (device of " + ref_name + ")",
          device_str(t));
+}
+
+// `t` must have the dtype of the reference input `ref` (named `ref_name`).
+void check_same_dtype(const char* op, const char* name, const Tensor& t, const char* ref_name,
+                      const Tensor& ref) {
+  if (t.scalar_type() != ref.scalar_type())
+    fail(op, name, "dtype " + dtype_str(ref.scalar_type()) + " (dtype of " + ref_name + ")",
+         dtype_str(t.scalar_type()));
 }
 
 void check_same_shape(const char* op, const char* name, const Tensor& t, const char* ref_name,
@@ -64,14 +88,8 @@ void check_same_shape(const char* op, const char* name, const Tensor& t, const c
     fail(op, name, "shape " + shape_str(ref) + " (shape of " + ref_name + ")", shape_str(t));
 }
 
-std::string number_str(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
-
 void check_weight(const Tensor& x, const Tensor& w) {
-  check_like(kRMSNorm, "W", w, "X", x);
+  check_same_dtype(kRMSNorm, "W", w, "X", x);
   const int64_t cols = x.size(x.dim() - 1);
   if (w.dim() != 1 || w.size(0) != cols)
     fail(kRMSNorm, "W",
@@ -83,45 +101,46 @@ void check_rank(const Tensor& x) {
   if (x.dim() < 1) fail(kRMSNorm, "X", "a tensor of rank >= 1", "rank 0");
 }
 
-void check_epsilon(double epsilon) {
-  if (!std::isfinite(epsilon) || epsilon < 0)
-    fail(kRMSNorm, "epsilon", "a finite value >= 0", number_str(epsilon));
-}
-
-void check_beta(double beta) {
-  if (!std::isfinite(beta)) fail(kSwish, "beta", "a finite value", number_str(beta));
+// The shared attribute rule (finite once rounded to the float32 the kernels use).
+void check_attr(const opforge::kernels::AttrSpec& attr, double value) {
+  const std::string error = opforge::kernels::attr_error(attr, value);
+  if (!error.empty()) throw std::runtime_error(error);
 }
 
 }  // namespace
 
 void fail(const char* op, const std::string& what, const std::string& expected,
           const std::string& got) {
-  throw std::runtime_error(std::string("opforge.") + op + ": " + what + ": expected " + expected +
-                           ", got " + got);
+  throw std::runtime_error(opforge::kernels::error_text(op, what, expected, got));
 }
 
 void check_swish(Backend backend, const Tensor& x, double beta) {
+  check_backend_device(backend, kSwish, x);
   check_dtype(backend, kSwish, "X", x);
-  check_beta(beta);
+  check_attr(opforge::kernels::kSwishBeta, beta);
 }
 
 void check_swish_backward(Backend backend, const Tensor& dy, const Tensor& x, double beta) {
+  check_same_device(kSwish, "dY", dy, "X", x);
   check_swish(backend, x, beta);
-  check_like(kSwish, "dY", dy, "X", x);
+  check_same_dtype(kSwish, "dY", dy, "X", x);
   check_same_shape(kSwish, "dY", dy, "X", x);
 }
 
 void check_rms_norm(Backend backend, const Tensor& x, const Tensor& w, double epsilon) {
+  check_same_device(kRMSNorm, "W", w, "X", x);
+  check_backend_device(backend, kRMSNorm, x);
   check_dtype(backend, kRMSNorm, "X", x);
   check_rank(x);
   check_weight(x, w);
-  check_epsilon(epsilon);
+  check_attr(opforge::kernels::kRMSNormEpsilon, epsilon);
 }
 
 void check_rms_norm_backward(Backend backend, const Tensor& dy, const Tensor& x, const Tensor& w,
                              double epsilon) {
+  check_same_device(kRMSNorm, "dY", dy, "X", x);
   check_rms_norm(backend, x, w, epsilon);
-  check_like(kRMSNorm, "dY", dy, "X", x);
+  check_same_dtype(kRMSNorm, "dY", dy, "X", x);
   check_same_shape(kRMSNorm, "dY", dy, "X", x);
 }
 

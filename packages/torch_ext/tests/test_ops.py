@@ -28,6 +28,10 @@ def test_opcheck(device):
         (torch.ops.opforge.swish_backward.default, (torch.randn_like(x), x.detach(), 1.5)),
         (torch.ops.opforge.rms_norm_backward.default,
          (torch.randn_like(x), x.detach(), w.detach(), 1e-5)),
+        # the backward ops are differentiable too (double backward): opcheck checks their autograd
+        (torch.ops.opforge.swish_backward.default, (torch.randn_like(x).requires_grad_(), x, 1.5)),
+        (torch.ops.opforge.rms_norm_backward.default,
+         (torch.randn_like(x).requires_grad_(), x, w, 1e-5)),
     ]
     for op, args in samples:
         torch.library.opcheck(op, args)
@@ -103,7 +107,7 @@ W = torch.ones(64)
     (lambda: opforge_torch.swish(torch.ones(3, dtype=torch.float16)),
      spec.error("Swish", "X", "float32, float64 or bfloat16 tensor on CPU", "float16")),
     (lambda: opforge_torch.swish(X, float("inf")),
-     spec.error("Swish", "beta", "a finite value", "inf")),
+     spec.error("Swish", "beta", "a finite float32", "inf")),
     (lambda: opforge_torch.rms_norm(torch.tensor(1.0), W),
      spec.error("RMSNorm", "X", "a tensor of rank >= 1", "rank 0")),
     (lambda: opforge_torch.rms_norm(X, torch.ones(32)),
@@ -113,9 +117,9 @@ W = torch.ones(64)
     (lambda: opforge_torch.rms_norm(X, W.double()),
      spec.error("RMSNorm", "W", "dtype float32 (dtype of X)", "float64")),
     (lambda: opforge_torch.rms_norm(X, W, float("nan")),
-     spec.error("RMSNorm", "epsilon", "a finite value >= 0", "nan")),
+     spec.error("RMSNorm", "epsilon", "a finite float32 >= 0", "nan")),
     (lambda: opforge_torch.rms_norm(X, W, -1e-6),
-     spec.error("RMSNorm", "epsilon", "a finite value >= 0", "-1e-06")),
+     spec.error("RMSNorm", "epsilon", "a finite float32 >= 0", "-1e-06")),
     (lambda: torch.ops.opforge.swish_backward(torch.ones(3), X, 1.0),
      spec.error("Swish", "dY", "shape [2, 64] (shape of X)", "[3]")),
     (lambda: torch.ops.opforge.rms_norm_backward(X.double(), X, W, 1e-6),

@@ -40,8 +40,10 @@ inline bool attr_valid(AttrRange range, double value) {
   return finite_in_float32(value) && (range == AttrRange::kAnyFinite || value >= 0.0);
 }
 
-// Shortest form that round-trips a float32 ("%.9g"); opforge_spec.format_number matches it.
+// Shortest form that round-trips a float32 ("%.9g"); opforge_spec.format_number matches it
+// (Python prints every NaN as "nan", glibc a sign-bit NaN as "-nan").
 inline std::string format_number(double value) {
+  if (std::isnan(value)) return "nan";
   char text[40];
   std::snprintf(text, sizeof text, "%.9g", value);
   return text;

@@ -15,6 +15,8 @@ import contextlib
 import torch
 from torch.onnx import symbolic_helper
 
+from ._checks import attribute as _check_attribute
+
 DOMAIN = "opforge"
 DOMAIN_VERSION = 1
 OPSET_RANGE = (13, 21)  # standard-ONNX opsets the decomposed graphs are written for
@@ -43,6 +45,7 @@ def _ts_constant(g, number, like):
 
 @symbolic_helper.parse_args("v", "f")
 def _ts_swish(g, x, beta):
+    _check_attribute("Swish", "beta", beta)
     if not _state["decomposed"]:
         return g.op(f"{DOMAIN}::Swish", x, beta_f=beta).setType(x.type())
     scaled = x if beta == 1.0 else g.op("Mul", x, _ts_constant(g, beta, x))
@@ -51,6 +54,7 @@ def _ts_swish(g, x, beta):
 
 @symbolic_helper.parse_args("v", "v", "f")
 def _ts_rms_norm(g, x, weight, epsilon):
+    _check_attribute("RMSNorm", "epsilon", epsilon)
     if not _state["decomposed"]:
         return g.op(f"{DOMAIN}::RMSNorm", x, weight, epsilon_f=epsilon).setType(x.type())
     square = g.op("Pow", x, _ts_constant(g, 2.0, x))
@@ -114,9 +118,11 @@ def _opforge_table():
     opforge = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)
 
     def swish(x, beta: float = 1.0):
+        _check_attribute("Swish", "beta", beta)
         return opforge.Swish(x, beta=float(beta))
 
     def rms_norm(x, weight, epsilon: float = 1e-6):
+        _check_attribute("RMSNorm", "epsilon", epsilon)
         return opforge.RMSNorm(x, weight, epsilon=float(epsilon))
 
     return {torch.ops.opforge.swish.default: swish, torch.ops.opforge.rms_norm.default: rms_norm}
@@ -129,10 +135,12 @@ def _decomposed_table():
         return op.CastLike(op.Constant(value_float=float(value)), x)
 
     def swish(x, beta: float = 1.0):
+        _check_attribute("Swish", "beta", beta)
         scaled = x if beta == 1.0 else op.Mul(x, scalar_like(beta, x))
         return op.Mul(x, op.Sigmoid(scaled))
 
     def rms_norm(x, weight, epsilon: float = 1e-6):
+        _check_attribute("RMSNorm", "epsilon", epsilon)
         square = op.Pow(x, scalar_like(2.0, x))
         mean = op.ReduceMean(square, op.Constant(value_ints=[-1]), keepdims=1)
         shifted = op.Add(mean, scalar_like(epsilon, x))

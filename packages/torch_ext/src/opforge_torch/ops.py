@@ -1,6 +1,16 @@
-"""Fake (meta) kernels and autograd for the opforge ops; Python entry points."""
+"""Fake (meta) kernels and autograd for the opforge ops; Python entry points.
+
+Autograd to any order: the ops' backward is the fused ``swish_backward`` / ``rms_norm_backward``
+kernel, and those backward ops carry their own autograd formulas, written with standard torch
+ops (which autograd differentiates further). First derivatives stay fused; second and higher
+derivatives (gradient penalties, Hessian-vector products) go through the composed formulas.
+"""
+
+import struct
 
 import torch
+
+from . import _checks
 
 _ops = torch.ops.opforge
 
@@ -15,35 +25,37 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, epsilon: float = 1e-6) -> to
     return _ops.rms_norm(x, weight, epsilon)
 
 
-# Fake kernels: shapes/dtypes only. The real kernels return contiguous outputs, so do these
-# (opcheck compares strides).
+# Fake kernels: the C++ kernels' checks, then shapes/dtypes only. The real kernels return
+# contiguous outputs, so do these (opcheck compares strides).
+def _empty_like(t):
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
 @torch.library.register_fake("opforge::swish")
 def _swish_fake(x, beta=1.0):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+    _checks.swish(x, beta)
+    return _empty_like(x)
 
 
 @torch.library.register_fake("opforge::swish_backward")
 def _swish_backward_fake(grad, x, beta):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+    _checks.swish_backward(grad, x, beta)
+    return _empty_like(x)
 
 
 @torch.library.register_fake("opforge::rms_norm")
 def _rms_norm_fake(x, weight, epsilon=1e-6):
-    # Same checks as the C++ kernels, so tracing (torch.compile/export) fails as eager does.
-    torch._check(x.dim() >= 1, lambda: "opforge.RMSNorm: X: expected a tensor of rank >= 1, got rank 0")
-    torch._check(
-        weight.dim() == 1 and weight.shape[0] == x.shape[-1],
-        lambda: f"opforge.RMSNorm: W: expected 1-D tensor of length {x.shape[-1]} (last dim of X), "
-        f"got shape {list(weight.shape)}")
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+    _checks.rms_norm(x, weight, epsilon)
+    return _empty_like(x)
 
 
 @torch.library.register_fake("opforge::rms_norm_backward")
 def _rms_norm_backward_fake(grad, x, weight, epsilon):
-    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
-    return dx, torch.empty_like(weight, memory_format=torch.contiguous_format)
+    _checks.rms_norm_backward(grad, x, weight, epsilon)
+    return _empty_like(x), _empty_like(weight)
 
 
+# ---- first derivatives: the fused backward kernels ----------------------------------------
 def _swish_setup(ctx, inputs, output):
     x, beta = inputs
     ctx.save_for_backward(x)
@@ -67,5 +79,90 @@ def _rms_norm_grad(ctx, grad):
     return dx, dweight, None
 
 
+# ---- second and higher derivatives: composed formulas of the backward ops -------------------
+def _as_float32(value: float) -> float:
+    """The attribute as the kernels see it (they compute with float32 beta/epsilon)."""
+    if not isinstance(value, float):  # a symbolic float while tracing: left as is
+        return value
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def _sum_over_rows(t: torch.Tensor) -> torch.Tensor:
+    """Sum over every axis but the last (none for a 1-D tensor: sum(dim=()) would sum all)."""
+    return t.sum(dim=tuple(range(t.dim() - 1))) if t.dim() > 1 else t
+
+
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """float16/bfloat16 are computed in float32, as the kernels do."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+def _swish_backward_setup(ctx, inputs, output):
+    grad, x, beta = inputs
+    ctx.save_for_backward(grad, x)
+    ctx.beta = beta
+
+
+def _swish_backward_grad(ctx, upstream):
+    """Gradients of dX = dY * (s + beta*x*s*(1-s)), s = sigmoid(beta*x), w.r.t. dY and X."""
+    grad, x = ctx.saved_tensors
+    compute = _compute_dtype(x)
+    beta = _as_float32(ctx.beta)
+    g, xc, u = grad.to(compute), x.to(compute), upstream.to(compute)
+    s = torch.sigmoid(beta * xc)
+    ds = s * (1 - s)  # d sigmoid(t) / dt
+    first = s + beta * xc * ds
+    second = beta * ds * (2 + beta * xc * (1 - 2 * s))  # d first / dx
+    return (u * first).to(grad.dtype), (u * g * second).to(x.dtype), None
+
+
+def _rms_inverse(x: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """1/sqrt(mean(x^2) + epsilon) per row (kept dim); 0 for a row whose denominator is 0, as
+    the kernels do. The masked rsqrt never sees 0, so autograd gets no inf*0 = NaN either."""
+    denominator = x.pow(2).mean(-1, keepdim=True) + epsilon
+    zero = denominator == 0
+    inverse = torch.rsqrt(torch.where(zero, torch.ones_like(denominator), denominator))
+    return torch.where(zero, torch.zeros_like(inverse), inverse)
+
+
+def _rms_norm_backward_setup(ctx, inputs, output):
+    grad, x, weight, epsilon = inputs
+    ctx.save_for_backward(grad, x, weight)
+    ctx.epsilon = epsilon
+
+
+def _rms_norm_backward_grad(ctx, upstream_dx, upstream_dw):
+    """Gradients of the backward's outputs w.r.t. dY, X and W. Per row, with n columns,
+    r = rms_inverse(x), a = g*w, c = sum(a*x):
+        dX = r*a - r^3 * x * c / n,    dW = sum over rows of g * x * r.
+    Their vector-Jacobian product with (u, v) = (upstream_dx, upstream_dw) is differentiated
+    by hand below; gradgradcheck in the tests holds it to autograd's numbers."""
+    grad, x, weight = ctx.saved_tensors
+    compute = _compute_dtype(x)
+    g, xc, w = grad.to(compute), x.to(compute), weight.to(compute)
+    u = upstream_dx.to(compute) if upstream_dx is not None else torch.zeros_like(xc)
+    v = upstream_dw.to(compute) if upstream_dw is not None else torch.zeros_like(w)
+    n = x.shape[-1]
+    r = _rms_inverse(xc, _as_float32(ctx.epsilon))
+    r3 = r * r * r
+    a = g * w
+
+    def row_sum(t):
+        return t.sum(-1, keepdim=True)
+
+    ua, ux, c, vgx = row_sum(u * a), row_sum(u * xc), row_sum(a * xc), row_sum(v * g * xc)
+    # d/dg and d/dw share the dX-shaped factor r*u - r^3*x*ux/n (dX's formula with a -> u).
+    shared = r * u - r3 * xc * ux / n
+    d_grad = w * shared + r * v * xc
+    d_weight = _sum_over_rows(g * shared)
+    d_x = (-r3 * xc * (ua + vgx) / n + 3 * r3 * r * r * xc * c * ux / (n * n)
+           - r3 * (a * ux + c * u) / n + r * v * g)
+    return d_grad.to(grad.dtype), d_x.to(x.dtype), d_weight.to(weight.dtype), None
+
+
 torch.library.register_autograd("opforge::swish", _swish_grad, setup_context=_swish_setup)
 torch.library.register_autograd("opforge::rms_norm", _rms_norm_grad, setup_context=_rms_norm_setup)
+torch.library.register_autograd("opforge::swish_backward", _swish_backward_grad,
+                                setup_context=_swish_backward_setup)
+torch.library.register_autograd("opforge::rms_norm_backward", _rms_norm_backward_grad,
+                                setup_context=_rms_norm_backward_setup)
