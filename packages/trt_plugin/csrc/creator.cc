@@ -1,4 +1,8 @@
-#include <cmath>
+// createPlugin: the plugin's attribute from a PluginFieldCollection, which comes from outside:
+// the ONNX parser's node attributes (build phase) or an engine file's serialized state (runtime
+// phase). Nothing in it is trusted: counts, pointers, names, types and lengths are all checked,
+// and every refusal is one canonical message through the logger plus a nullptr.
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
@@ -9,39 +13,129 @@
 namespace opforge_trt {
 
 using nvinfer1::PluginField;
+using nvinfer1::PluginFieldCollection;
 using nvinfer1::PluginFieldType;
+namespace kernels = opforge::kernels;
 
 namespace {
 
-std::string field_str(const PluginField& f) {
-  static const char* const kNames[] = {"float16", "float32", "float64", "int8", "int16", "int32", "char",
-                                       "dims",    "unknown", "bfloat16", "int64", "fp8", "int4", "fp4"};
-  const auto t = static_cast<int32_t>(f.type);
-  const std::string type = t >= 0 && t < 14 ? kNames[t] : "type " + std::to_string(t);
-  return std::to_string(f.length) + " " + type + " value(s)";
+constexpr char kFields[] = "plugin fields";
+constexpr size_t kMaxNameShown = 64;
+
+// A field name as it may appear in a message: printable ASCII, the rest escaped, bounded.
+std::string printable(const char* name) {
+  std::string out = "'";
+  size_t i = 0;
+  for (; name[i] != '\0' && i < kMaxNameShown; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[5];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  return out + (name[i] != '\0' ? "'..." : "'");
 }
 
-bool read_attribute(const OpSpec& spec, const PluginField& f, float* value) {
-  if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kFLOAT32) {
-    std::memcpy(value, f.data, sizeof(float));
-    return true;
+std::string type_name(PluginFieldType type) {
+  static const char* const kNames[] = {"float16", "float32", "float64", "int8", "int16", "int32", "char",
+                                       "dims",    "unknown", "bfloat16", "int64", "fp8", "int4", "fp4"};
+  const auto t = static_cast<int32_t>(type);
+  return t >= 0 && t < static_cast<int32_t>(sizeof kNames / sizeof kNames[0]) ? kNames[t]
+                                                                               : "type " + std::to_string(t);
+}
+
+std::string describe(const PluginField& f) {
+  if (f.data == nullptr) return std::to_string(f.length) + " " + type_name(f.type) + " value(s) at data = NULL";
+  return std::to_string(f.length) + " " + type_name(f.type) + " value(s)";
+}
+
+// The fields createPlugin understands, found once each.
+struct Found {
+  const PluginField* attr = nullptr;
+  const PluginField* format = nullptr;
+  int32_t attr_index = -1;
+  int32_t format_index = -1;
+};
+
+std::string expected_serialized(const OpSpec& spec) {
+  return std::string("one ") + spec.attr->name + " (float32[1]) and one " + kFormatField + " (int32[1])";
+}
+
+// Points `slot` at field i unless a field of that name came before. false: reported.
+bool take_once(const OpSpec& spec, const PluginField& f, int32_t i, const PluginField** slot, int32_t* index) {
+  if (*slot != nullptr) {
+    report(spec.name, f.name, "exactly one field named " + std::string(f.name),
+           "a repeated field (fields " + std::to_string(*index) + " and " + std::to_string(i) + ")");
+    return false;
   }
-  if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kFLOAT64) {
-    double d;
-    std::memcpy(&d, f.data, sizeof d);
-    *value = static_cast<float>(d);
-    return true;
+  *slot = &f;
+  *index = i;
+  return true;
+}
+
+bool is_unknown_allowed(const OpSpec& spec, const PluginField& f, bool serialized) {
+  if (serialized) {  // our own state holds nothing else: another field means another writer
+    report(spec.name, "plugin field " + printable(f.name), expected_serialized(spec) + " (serialized state)",
+           "an unknown field");
+    return false;
   }
-  report(spec.name, spec.attr, "one float32 value", field_str(f));
+  log(nvinfer1::ILogger::Severity::kWARNING,
+      std::string("opforge.") + spec.name + ": ignoring unknown plugin field " + printable(f.name));
+  return true;
+}
+
+// Checks the collection's shape and finds the known fields. false: reported.
+bool find_fields(const OpSpec& spec, const PluginFieldCollection* fc, bool serialized, Found* found) {
+  if (fc == nullptr) {
+    if (!serialized) return true;  // no attributes at all: every default
+    report(spec.name, kFields, expected_serialized(spec), "no field collection (NULL)");
+    return false;
+  }
+  if (fc->nbFields < 0) {
+    report(spec.name, kFields, "nbFields >= 0", "nbFields = " + std::to_string(fc->nbFields));
+    return false;
+  }
+  if (fc->nbFields > 0 && fc->fields == nullptr) {
+    report(spec.name, kFields, "an array of " + std::to_string(fc->nbFields) + " fields", "fields = NULL");
+    return false;
+  }
+  for (int32_t i = 0; i < fc->nbFields; ++i) {
+    const PluginField& f = fc->fields[i];
+    if (f.name == nullptr) {
+      report(spec.name, "plugin field " + std::to_string(i), "a named field", "name = NULL");
+      return false;
+    }
+    bool ok = true;
+    if (std::strcmp(f.name, spec.attr->name) == 0) {
+      ok = take_once(spec, f, i, &found->attr, &found->attr_index);
+    } else if (std::strcmp(f.name, kFormatField) == 0) {
+      ok = take_once(spec, f, i, &found->format, &found->format_index);
+    } else {
+      ok = is_unknown_allowed(spec, f, serialized);
+    }
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// An absent field: fine at build time (the default), a truncated state at runtime. false: reported.
+bool is_absence_allowed(const OpSpec& spec, const char* name, const char* type, bool serialized) {
+  if (!serialized) return true;
+  report(spec.name, name,
+         std::string("one serialized ") + type + " field (the engine's plugin state is incomplete: rebuild the engine)",
+         "none");
   return false;
 }
 
 bool read_format_version(const OpSpec& spec, const PluginField& f) {
-  int32_t version = 0;
   if (f.data == nullptr || f.length != 1 || f.type != PluginFieldType::kINT32) {
-    report(spec.name, kFormatField, "one int32 value", field_str(f));
+    report(spec.name, kFormatField, "one int32 value", describe(f));
     return false;
   }
+  int32_t version = 0;
   std::memcpy(&version, f.data, sizeof version);
   if (version < 1 || version > kFormatVersion) {
     report(spec.name, kFormatField,
@@ -53,42 +147,58 @@ bool read_format_version(const OpSpec& spec, const PluginField& f) {
   return true;
 }
 
-bool attribute_valid(const OpSpec& spec, float value) {
-  if (std::isfinite(value) && !(spec.attr_nonnegative && value < 0.0f)) return true;
-  report(spec.name, spec.attr, spec.attr_nonnegative ? "a finite float >= 0" : "a finite float", float_str(value));
+// float32 is what we write; float64 is accepted and checked as the double it is, so a value
+// beyond float32's range is reported as itself (1e+300), not as the inf it would round to.
+bool read_attribute(const OpSpec& spec, const PluginField& f, double* value) {
+  if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kFLOAT32) {
+    float v;
+    std::memcpy(&v, f.data, sizeof v);
+    *value = v;
+    return true;
+  }
+  if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kFLOAT64) {
+    std::memcpy(value, f.data, sizeof *value);
+    return true;
+  }
+  report(spec.name, spec.attr->name, "one float32 value", describe(f));
   return false;
 }
 
-// The op's attribute (default when absent) from build-time fields (ONNX node attributes) or
-// serialized fields (getFieldsToSerialize of an earlier build). false: reported.
-bool read_fields(const OpSpec& spec, const nvinfer1::PluginFieldCollection* fc, float* attr) {
-  *attr = spec.attr_default;
-  const int32_t n = fc != nullptr && fc->fields != nullptr ? fc->nbFields : 0;
-  for (int32_t i = 0; i < n; ++i) {
-    const PluginField& f = fc->fields[i];
-    if (f.name == nullptr) continue;
-    if (std::strcmp(f.name, spec.attr) == 0) {
-      if (!read_attribute(spec, f, attr)) return false;
-    } else if (std::strcmp(f.name, kFormatField) == 0) {
-      if (!read_format_version(spec, f)) return false;
-    } else {
-      log(nvinfer1::ILogger::Severity::kWARNING,
-          std::string("opforge.") + spec.name + ": ignoring unknown plugin field '" + f.name + "'");
-    }
+// The op's attribute from the fields, by the rules of the phase. false: reported.
+bool read_fields(const OpSpec& spec, const PluginFieldCollection* fc, bool serialized, float* attr) {
+  Found found;
+  if (!find_fields(spec, fc, serialized, &found)) return false;
+  const bool format_ok = found.format != nullptr ? read_format_version(spec, *found.format)
+                                                 : is_absence_allowed(spec, kFormatField, "int32", serialized);
+  if (!format_ok) return false;
+  double value = spec.attr->default_value;
+  const bool attr_ok = found.attr != nullptr ? read_attribute(spec, *found.attr, &value)
+                                             : is_absence_allowed(spec, spec.attr->name, "float32", serialized);
+  if (!attr_ok) return false;
+  const std::string error = kernels::attr_error(*spec.attr, value);
+  if (!error.empty()) {
+    log(nvinfer1::ILogger::Severity::kERROR, error);
+    return false;
   }
-  return attribute_valid(spec, *attr);
+  *attr = static_cast<float>(value);  // finite in float32: the rule above guarantees the cast is defined
+  return true;
 }
 
 }  // namespace
 
 Creator::Creator(const OpSpec& spec)
-    : spec_(&spec), field_(spec.attr, &spec.attr_default, PluginFieldType::kFLOAT32, 1), field_names_{1, &field_} {}
+    : spec_(&spec),
+      default_(static_cast<float>(spec.attr->default_value)),
+      field_(spec.attr->name, &default_, PluginFieldType::kFLOAT32, 1),
+      field_names_{1, &field_} {}
 
-nvinfer1::IPluginV3* Creator::createPlugin(const char*, const nvinfer1::PluginFieldCollection* fc,
-                                           nvinfer1::TensorRTPhase) noexcept {
+nvinfer1::IPluginV3* Creator::createPlugin(const char*, const PluginFieldCollection* fc,
+                                           nvinfer1::TensorRTPhase phase) noexcept {
   try {
+    // Anything but the build phase rebuilds a plugin from state we wrote: the strict rules.
+    const bool serialized = phase != nvinfer1::TensorRTPhase::kBUILD;
     float attr = 0.0f;
-    if (!read_fields(*spec_, fc, &attr)) return nullptr;
+    if (!read_fields(*spec_, fc, serialized, &attr)) return nullptr;
     if (spec_ == &kSwish) return new (std::nothrow) SwishPlugin(attr);
     return new (std::nothrow) RMSNormPlugin(attr);
   } catch (...) {  // std::string allocation in a message: never let it cross into TensorRT

@@ -1,5 +1,7 @@
 #include "log.h"
 
+#include <opforge/kernels/attrs.h>
+
 #include <atomic>
 #include <cstdio>
 
@@ -24,18 +26,12 @@ void log(nvinfer1::ILogger::Severity severity, const std::string& message) noexc
 std::string report(const char* op, const std::string& what, const std::string& expected,
                    const std::string& got) noexcept {
   try {
-    std::string message = std::string("opforge.") + op + ": " + what + ": expected " + expected + ", got " + got;
+    std::string message = opforge::kernels::error_text(op, what, expected, got);
     log(nvinfer1::ILogger::Severity::kERROR, message);
     return message;
   } catch (...) {  // std::bad_alloc: nothing sensible left to log
     return {};
   }
-}
-
-std::string float_str(double value) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", value);
-  return buf;
 }
 
 std::string dims_str(const nvinfer1::Dims& dims) {

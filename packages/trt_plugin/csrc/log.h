@@ -17,7 +17,6 @@ std::string report(const char* op, const std::string& what, const std::string& e
 
 void log(nvinfer1::ILogger::Severity severity, const std::string& message) noexcept;
 
-std::string float_str(double value);
 std::string dims_str(const nvinfer1::Dims& dims);
 
 }  // namespace opforge_trt

@@ -165,7 +165,7 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
 }
 
 const nvinfer1::PluginFieldCollection* Plugin::getFieldsToSerialize() noexcept {
-  fields_[0] = PluginField(spec_->attr, &attr_, PluginFieldType::kFLOAT32, 1);
+  fields_[0] = PluginField(spec_->attr->name, &attr_, PluginFieldType::kFLOAT32, 1);
   fields_[1] = PluginField(kFormatField, &format_version_, PluginFieldType::kINT32, 1);
   field_collection_.nbFields = static_cast<int32_t>(fields_.size());
   field_collection_.fields = fields_.data();

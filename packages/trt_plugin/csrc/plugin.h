@@ -8,6 +8,8 @@
 #include <array>
 #include <cstdint>
 
+#include <opforge/kernels/attrs.h>
+
 #include "cuda_launch.h"
 
 namespace opforge_trt {
@@ -21,17 +23,15 @@ constexpr int32_t kFormatVersion = OPFORGE_TRT_FORMAT_VERSION;
 constexpr char kFormatField[] = "format_version";
 
 struct OpSpec {
-  const char* name;         // plugin name = ONNX op_type
-  const char* attr;         // plugin field name = ONNX attribute name
-  float attr_default;
-  bool attr_nonnegative;    // epsilon >= 0; beta any finite value
+  const char* name;                          // plugin name = ONNX op_type
+  const opforge::kernels::AttrSpec* attr;    // field name = ONNX attribute name, default, valid range
   int32_t nb_inputs;
-  const char* inputs;       // for messages: "X" / "X, W"
+  const char* inputs;                        // for messages: "X" / "X, W"
 };
 
 // constexpr: initialized before any static constructor (the creators in entry.cc point at them).
-inline constexpr OpSpec kSwish{"Swish", "beta", 1.0f, false, 1, "X"};
-inline constexpr OpSpec kRMSNorm{"RMSNorm", "epsilon", 1e-6f, true, 2, "X, W"};
+inline constexpr OpSpec kSwish{"Swish", &opforge::kernels::kSwishBeta, 1, "X"};
+inline constexpr OpSpec kRMSNorm{"RMSNorm", &opforge::kernels::kRMSNormEpsilon, 2, "X, W"};
 
 class Plugin : public nvinfer1::IPluginV3,
                public nvinfer1::IPluginV3OneCore,
@@ -114,6 +114,9 @@ class RMSNormPlugin final : public Plugin {
 
 // One creator per op. getFieldNames() declares the op's attribute only (what TensorRT's ONNX
 // parser maps node attributes onto); createPlugin() also reads format_version from serialized fields.
+// Build phase (ONNX node attributes): a missing attribute takes its default, unknown fields are
+// ignored with a warning. Runtime phase (an engine's serialized state): exactly the fields
+// getFieldsToSerialize() writes, each once, or nothing is created.
 class Creator final : public nvinfer1::IPluginCreatorV3One {
  public:
   explicit Creator(const OpSpec& spec);
@@ -126,6 +129,7 @@ class Creator final : public nvinfer1::IPluginCreatorV3One {
 
  private:
   const OpSpec* spec_;
+  float default_;  // getFieldNames() points at it
   nvinfer1::PluginField field_;
   nvinfer1::PluginFieldCollection field_names_{};
 };

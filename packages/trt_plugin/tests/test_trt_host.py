@@ -2,12 +2,21 @@
 against the same TensorRT headers: what TensorRT's builder and runtime call, minus TensorRT."""
 from __future__ import annotations
 
+import math
 import subprocess
 
+import numpy as np
 import opforge_trt
 import pytest
 
-CHECKS = ["creators", "roundtrip", "bad_fields", "formats", "shapes", "configure", "clone_attach", "enqueue"]
+try:
+    import opforge_spec
+except ImportError:  # the spec-driven tests below skip; the host's own checks still run
+    opforge_spec = None
+
+CHECKS = ["creators", "roundtrip", "bad_fields", "formats", "shapes", "configure", "clone_attach", "enqueue",
+          # field collections from outside (ONNX attributes, an engine's serialized state)
+          "serialized_state", "field_structure", "float32_rule"]
 
 
 def _run(host, check, *extra):
@@ -39,3 +48,59 @@ def test_the_host_detects_a_wrong_library(host, tmp_path):
     broken.write_bytes(data.replace(b"RMSNorm\0", b"RMSNorn\0"))
     run = subprocess.run([str(host), str(broken), "creators"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and "FAIL creator RMSNorm registered" in run.stdout, run.stdout
+
+
+needs_spec = pytest.mark.skipif(opforge_spec is None, reason="pip install ./kernels (opforge_spec)")
+
+
+def _attribute_bad_cases():
+    if opforge_spec is None:
+        return []
+    return [pytest.param(op, case, id=f"{op.name}-{case.name}") for op in opforge_spec.OPS.values()
+            for case in op.bad_cases() if case.attrs]
+
+
+def _exact_in_float32(value: float) -> bool:
+    if not math.isfinite(value):
+        return True  # nan and inf exist in float32 too
+    return opforge_spec.finite_in_float32(value) and float(np.float32(value)) == value
+
+
+def _create(host, op_name, phase, *fields):
+    run = _run(host, "create", op_name, phase, *fields)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout
+
+
+@needs_spec
+@pytest.mark.parametrize("phase", ["build", "runtime"])
+@pytest.mark.parametrize("op,case", _attribute_bad_cases())
+def test_spec_attribute_bad_cases(host, op, case, phase):
+    """Every bad attribute of the spec is refused in both phases with the spec's own message; as a
+    float64 field the value is reported as itself (1e+300), as a float32 field as its float32."""
+    (name, value), = case.attrs.items()
+    encodings = [("f64", value)]
+    if _exact_in_float32(value):
+        encodings.append(("f32", value))
+    for kind, v in encodings:
+        out = _create(host, op.name, phase, f"{name}={kind}:{v!r}", "format_version=i32:1")
+        assert "refused" in out, out
+        assert op.attributes[name].error(op.name, v) in out, out
+        for mention in case.mentions:
+            assert mention in out, out
+
+
+@needs_spec
+@pytest.mark.parametrize("phase", ["build", "runtime"])
+@pytest.mark.parametrize("op_name", ["Swish", "RMSNorm"])
+def test_spec_attribute_defaults_and_good_values(host, op_name, phase):
+    """A good value passes in both phases; an absent one is the spec's default at build time only."""
+    op = opforge_spec.OPS[op_name]
+    (name, attr), = op.attributes.items()
+    out = _create(host, op_name, phase, f"{name}=f64:0.125", "format_version=i32:1")
+    assert f"created {name}=0.125" in out, out
+    absent = _run(host, "create", op_name, phase, "format_version=i32:1").stdout
+    if phase == "build":  # an ONNX node without the attribute: the spec's default, as ONNX does
+        assert f"created {name}={opforge_spec.format_number(float(np.float32(attr.default)))}" in absent, absent
+    else:  # an engine's state without it is incomplete
+        assert "refused" in absent and f"opforge.{op_name}: {name}: expected one serialized float32 field" in absent

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -36,6 +37,12 @@ struct CaptureLogger : ILogger {
   bool said(const std::string& text) const {
     for (const auto& l : lines)
       if (l.find(text) != std::string::npos) return true;
+    return false;
+  }
+  bool said_error(const std::string& text) const {
+    const std::string error = std::to_string(static_cast<int>(Severity::kERROR)) + " ";
+    for (const auto& l : lines)
+      if (l.compare(0, error.size(), error) == 0 && l.find(text) != std::string::npos) return true;
     return false;
   }
 };
@@ -202,11 +209,11 @@ void check_bad_fields() {
   const float nan = std::nanf(""), negative = -1.0f, inf = INFINITY, one = 1.0f;
   const int32_t two = 2, newer = 2, v1 = 1;
   expect(create("Swish", {float_field("beta", &nan)}) == nullptr &&
-             g_logger.said("opforge.Swish: beta: expected a finite float, got nan"), "beta NaN refused");
+             g_logger.said("opforge.Swish: beta: expected a finite float32, got nan"), "beta NaN refused");
   expect(create("RMSNorm", {float_field("epsilon", &negative)}) == nullptr &&
-             g_logger.said("opforge.RMSNorm: epsilon: expected a finite float >= 0, got -1"), "epsilon < 0 refused");
+             g_logger.said("opforge.RMSNorm: epsilon: expected a finite float32 >= 0, got -1"), "epsilon < 0 refused");
   expect(create("RMSNorm", {float_field("epsilon", &inf)}) == nullptr &&
-             g_logger.said("opforge.RMSNorm: epsilon: expected a finite float >= 0, got inf"), "epsilon inf refused");
+             g_logger.said("opforge.RMSNorm: epsilon: expected a finite float32 >= 0, got inf"), "epsilon inf refused");
   expect(create("Swish", {PluginField("beta", &two, PluginFieldType::kINT32, 1)}) == nullptr &&
              g_logger.said("opforge.Swish: beta: expected one float32 value, got 1 int32 value(s)"), "beta as int32 refused");
   expect(create("Swish", {float_field("beta", &one), PluginField("format_version", &newer, PluginFieldType::kINT32, 1)},
@@ -216,7 +223,173 @@ void check_bad_fields() {
   PluginPtr ok(create("Swish", {float_field("beta", &one), PluginField("format_version", &v1, PluginFieldType::kINT32, 1),
                                 PluginField("plugin_hint", &v1, PluginFieldType::kINT32, 1)}));
   expect(ok != nullptr && g_logger.said("opforge.Swish: ignoring unknown plugin field 'plugin_hint'"),
-         "unknown field ignored with a warning");
+         "unknown field ignored with a warning at build time");
+}
+
+// ---- field collections from outside: both phases ------------------------------------------
+const TensorRTPhase kBothPhases[] = {TensorRTPhase::kBUILD, TensorRTPhase::kRUNTIME};
+const char* phase_name(TensorRTPhase phase) { return phase == TensorRTPhase::kBUILD ? "build" : "runtime"; }
+
+// createPlugin must return nullptr and log `message` (a substring of one error line).
+void expect_refused(const char* op, const PluginFieldCollection* fc, TensorRTPhase phase, const std::string& message,
+                    const std::string& what) {
+  g_logger.lines.clear();
+  PluginPtr plugin(g_creators.at(op)->createPlugin("node0", fc, phase));
+  expect(plugin == nullptr && g_logger.said_error(message),
+         what + " (" + phase_name(phase) + " phase) refused: " + message);
+}
+void expect_refused(const char* op, std::vector<PluginField> fields, TensorRTPhase phase, const std::string& message,
+                    const std::string& what) {
+  PluginFieldCollection fc{static_cast<int32_t>(fields.size()), fields.data()};
+  expect_refused(op, &fc, phase, message, what);
+}
+
+const int32_t kV1 = 1;
+PluginField format_field(const int32_t* v = &kV1) { return PluginField("format_version", v, PluginFieldType::kINT32, 1); }
+
+void check_serialized_state() {
+  const float half = 0.5f, two = 2.0f;
+  const auto R = TensorRTPhase::kRUNTIME;
+  // An engine's state lacking the attribute or the format must not fall back to defaults.
+  expect_refused("Swish", {format_field()}, R,
+                 "opforge.Swish: beta: expected one serialized float32 field (the engine's plugin state is "
+                 "incomplete: rebuild the engine), got none", "only format_version");
+  expect_refused("RMSNorm", {format_field()}, R, "opforge.RMSNorm: epsilon: expected one serialized float32 field",
+                 "RMSNorm only format_version");
+  expect_refused("Swish", {float_field("beta", &half)}, R,
+                 "opforge.Swish: format_version: expected one serialized int32 field", "only beta");
+  expect_refused("Swish", std::vector<PluginField>{}, R, "opforge.Swish: format_version: expected one serialized int32 field", "no fields");
+  expect_refused("Swish", nullptr, R,
+                 "opforge.Swish: plugin fields: expected one beta (float32[1]) and one format_version (int32[1]), "
+                 "got no field collection (NULL)", "a NULL collection");
+  const PluginFieldCollection no_array{2, nullptr};
+  for (TensorRTPhase phase : kBothPhases)
+    expect_refused("Swish", &no_array, phase, "opforge.Swish: plugin fields: expected an array of 2 fields, got fields = NULL",
+                   "nbFields=2 with fields=NULL");
+  const int32_t two_v = 2;
+  expect_refused("Swish", {float_field("beta", &half), format_field(), PluginField("gamma", &two_v, PluginFieldType::kINT32, 1)},
+                 R, "opforge.Swish: plugin field 'gamma': expected one beta (float32[1]) and one format_version (int32[1]) "
+                    "(serialized state), got an unknown field", "an unknown serialized field");
+  const char odd[] = "\x01quote'\xff";
+  expect_refused("Swish", {float_field("beta", &half), format_field(), PluginField(odd, &two_v, PluginFieldType::kINT32, 1)},
+                 R, "opforge.Swish: plugin field '\\x01quote\\x27\\xff': expected", "an unknown field name, escaped");
+  // A well-formed state, in any order, is accepted.
+  PluginFieldCollection good_fc{};
+  std::vector<PluginField> good = {format_field(), float_field("beta", &two)};
+  good_fc = {2, good.data()};
+  PluginPtr swapped(g_creators["Swish"]->createPlugin("node0", &good_fc, R));
+  expect(swapped && serialized(swapped.get())["beta"].second == 2.0, "serialized fields in another order accepted");
+}
+
+void check_field_structure() {
+  const float half = 0.5f, two = 2.0f;
+  const double wide = 0.25;
+  const char text[] = "1.0";
+  for (TensorRTPhase phase : kBothPhases) {
+    // Repeated fields: which one wins would be arbitrary.
+    expect_refused("Swish", {float_field("beta", &half), format_field(), float_field("beta", &two)}, phase,
+                   "opforge.Swish: beta: expected exactly one field named beta, got a repeated field (fields 0 and 2)",
+                   "beta twice");
+    expect_refused("RMSNorm", {format_field(), float_field("epsilon", &half), format_field()}, phase,
+                   "opforge.RMSNorm: format_version: expected exactly one field named format_version, got a repeated "
+                   "field (fields 0 and 2)", "format_version twice");
+    const PluginFieldCollection negative{-1, nullptr};
+    expect_refused("Swish", &negative, phase, "opforge.Swish: plugin fields: expected nbFields >= 0, got nbFields = -1",
+                   "negative nbFields");
+    PluginField fields_with_negative[1] = {float_field("beta", &half)};
+    const PluginFieldCollection negative_with_array{-5, fields_with_negative};
+    expect_refused("Swish", &negative_with_array, phase, "expected nbFields >= 0, got nbFields = -5",
+                   "negative nbFields with an array");
+    expect_refused("Swish", {float_field("beta", &half), PluginField(nullptr, &kV1, PluginFieldType::kINT32, 1)}, phase,
+                   "opforge.Swish: plugin field 1: expected a named field, got name = NULL", "a NULL field name");
+    expect_refused("Swish", {PluginField("beta", nullptr, PluginFieldType::kFLOAT32, 1), format_field()}, phase,
+                   "opforge.Swish: beta: expected one float32 value, got 1 float32 value(s) at data = NULL",
+                   "beta with NULL data");
+    expect_refused("Swish", {float_field("beta", &half), PluginField("format_version", nullptr, PluginFieldType::kINT32, 1)},
+                   phase, "opforge.Swish: format_version: expected one int32 value, got 1 int32 value(s) at data = NULL",
+                   "format_version with NULL data");
+    expect_refused("Swish", {PluginField("beta", &half, PluginFieldType::kFLOAT32, 0), format_field()}, phase,
+                   "opforge.Swish: beta: expected one float32 value, got 0 float32 value(s)", "beta of length 0");
+    const float pair[2] = {0.5f, 0.5f};
+    expect_refused("Swish", {PluginField("beta", pair, PluginFieldType::kFLOAT32, 2), format_field()}, phase,
+                   "opforge.Swish: beta: expected one float32 value, got 2 float32 value(s)", "beta of length 2");
+    expect_refused("Swish", {PluginField("beta", &half, PluginFieldType::kFLOAT32, -1), format_field()}, phase,
+                   "opforge.Swish: beta: expected one float32 value, got -1 float32 value(s)", "beta of length -1");
+    expect_refused("Swish", {PluginField("beta", text, PluginFieldType::kCHAR, 3), format_field()}, phase,
+                   "opforge.Swish: beta: expected one float32 value, got 3 char value(s)", "beta as a string");
+    expect_refused("RMSNorm", {float_field("epsilon", &half), PluginField("format_version", &half, PluginFieldType::kFLOAT32, 1)},
+                   phase, "opforge.RMSNorm: format_version: expected one int32 value, got 1 float32 value(s)",
+                   "format_version as float32");
+    const int64_t v1_64 = 1;
+    expect_refused("RMSNorm", {float_field("epsilon", &half), PluginField("format_version", &v1_64, PluginFieldType::kINT64, 1)},
+                   phase, "expected one int32 value, got 1 int64 value(s)", "format_version as int64");
+    expect_refused("Swish", {PluginField("beta", &half, static_cast<PluginFieldType>(99), 1), format_field()}, phase,
+                   "opforge.Swish: beta: expected one float32 value, got 1 type 99 value(s)", "beta of an unknown type");
+    for (int32_t version : {0, -1, 2, 2147483647}) {
+      expect_refused("Swish", {float_field("beta", &half), format_field(&version)}, phase,
+                     "opforge.Swish: format_version: expected a serialization format from 1 to 1 (the engine was "
+                     "built by a newer opforge-trt: install it, or rebuild the engine), got " + std::to_string(version),
+                     "format_version " + std::to_string(version));
+    }
+    // float64 fields are read as the double they are.
+    PluginPtr f64(create("Swish", {PluginField("beta", &wide, PluginFieldType::kFLOAT64, 1), format_field()}, phase));
+    expect(f64 && serialized(f64.get())["beta"] == std::make_pair(PluginFieldType::kFLOAT32, 0.25),
+           std::string("beta as float64 0.25 accepted, serialized as float32 (") + phase_name(phase) + ")");
+  }
+}
+
+// The shared float32 rule (kernels/include/opforge/kernels/attrs.h): finite once rounded to float32.
+void check_float32_rule() {
+  struct Case { const char* op; const char* field; double value; const char* message; };
+  const Case cases[] = {
+      {"RMSNorm", "epsilon", 1e300, "opforge.RMSNorm: epsilon: expected a finite float32 >= 0, got 1e+300"},
+      {"Swish", "beta", 1e39, "opforge.Swish: beta: expected a finite float32, got 1e+39"},
+      {"Swish", "beta", -1e39, "opforge.Swish: beta: expected a finite float32, got -1e+39"},
+      {"Swish", "beta", -INFINITY, "opforge.Swish: beta: expected a finite float32, got -inf"},
+      {"Swish", "beta", 3.4028235677973366e38, "opforge.Swish: beta: expected a finite float32, got 3.40282357e+38"},
+      {"RMSNorm", "epsilon", -1e-30, "opforge.RMSNorm: epsilon: expected a finite float32 >= 0, got -1e-30"},
+  };
+  for (TensorRTPhase phase : kBothPhases) {
+    for (const Case& c : cases) {
+      expect_refused(c.op, {PluginField(c.field, &c.value, PluginFieldType::kFLOAT64, 1), format_field()}, phase,
+                     c.message, std::string(c.field) + " float64 " + c.message);
+    }
+    const float minus_inf = -INFINITY;
+    expect_refused("Swish", {float_field("beta", &minus_inf), format_field()}, phase,
+                   "opforge.Swish: beta: expected a finite float32, got -inf", "beta float32 -inf");
+    const double largest_below = 3.4028235677973362e38;  // rounds to FLT_MAX: finite in float32
+    PluginPtr edge(create("Swish", {PluginField("beta", &largest_below, PluginFieldType::kFLOAT64, 1), format_field()}, phase));
+    expect(edge && serialized(edge.get())["beta"].second == double(FLT_MAX),
+           std::string("beta just below the float32 overflow accepted as FLT_MAX (") + phase_name(phase) + ")");
+  }
+}
+
+// `create OP PHASE NAME=TYPE:VALUE...` (TYPE f32, f64, i32): one createPlugin for the Python tests,
+// which compare its words with opforge_spec. Prints "created <attr>" or "refused"; logs as they come.
+int create_command(int argc, char** argv) {
+  const std::string op = argv[0];
+  const TensorRTPhase phase = std::string(argv[1]) == "runtime" ? TensorRTPhase::kRUNTIME : TensorRTPhase::kBUILD;
+  std::deque<std::string> names;
+  std::deque<double> f64;
+  std::deque<float> f32;
+  std::deque<int32_t> i32;
+  std::vector<PluginField> fields;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('='), colon = arg.find(':', eq);
+    if (eq == std::string::npos || colon == std::string::npos) return std::printf("FAIL bad field %s\n", argv[i]), 2;
+    const char* name = names.emplace_back(arg.substr(0, eq)).c_str();
+    const std::string type = arg.substr(eq + 1, colon - eq - 1), value = arg.substr(colon + 1);
+    if (type == "f64") fields.emplace_back(name, &f64.emplace_back(std::strtod(value.c_str(), nullptr)), PluginFieldType::kFLOAT64, 1);
+    else if (type == "f32") fields.emplace_back(name, &f32.emplace_back(std::strtof(value.c_str(), nullptr)), PluginFieldType::kFLOAT32, 1);
+    else if (type == "i32") fields.emplace_back(name, &i32.emplace_back(std::stoi(value)), PluginFieldType::kINT32, 1);
+    else return std::printf("FAIL bad field type %s\n", type.c_str()), 2;
+  }
+  PluginFieldCollection fc{static_cast<int32_t>(fields.size()), fields.data()};
+  PluginPtr plugin(g_creators.at(op)->createPlugin("node0", &fc, phase));
+  if (!plugin) return std::printf("refused\n"), 0;
+  for (const auto& [name, value] : serialized(plugin.get())) std::printf("created %s=%.9g\n", name.c_str(), value.second);
+  return 0;
 }
 
 void check_formats() {
@@ -397,7 +570,10 @@ int run(int argc, char** argv) {
   const auto type = static_cast<DataType>(std::stoi(argv[1]));
   const float attr = std::stof(argv[2]);
   const int nb_inputs = (argc - 4) / 2;
-  PluginPtr plugin(create(op.c_str(), {float_field(op == "Swish" ? "beta" : "epsilon", &attr)}, TensorRTPhase::kRUNTIME));
+  const int32_t format = 1;  // the runtime phase rebuilds from serialized state: both fields
+  PluginPtr plugin(create(op.c_str(), {float_field(op == "Swish" ? "beta" : "epsilon", &attr),
+                                       PluginField("format_version", &format, PluginFieldType::kINT32, 1)},
+                          TensorRTPhase::kRUNTIME));
   if (!plugin) return std::printf("FAIL createPlugin\n"), 1;
   std::vector<PluginTensorDesc> in(nb_inputs);
   std::vector<void*> device(nb_inputs, nullptr);
@@ -435,7 +611,8 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s LIBRARY CHECK [--no-logger] | LIBRARY gpus | LIBRARY run OP TYPE ATTR OUT X X_DIMS [W W_DIMS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s LIBRARY CHECK [--no-logger] | LIBRARY gpus | LIBRARY run OP TYPE ATTR OUT X X_DIMS [W W_DIMS]"
+                 " | LIBRARY create OP build|runtime NAME=f32|f64|i32:VALUE...\n", argv[0]);
     return 2;
   }
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -464,10 +641,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (check == "run") return argc >= 9 ? run(argc - 3, argv + 3) : 2;
+  if (check == "create") return argc >= 5 ? create_command(argc - 3, argv + 3) : 2;
   const std::map<std::string, void (*)()> checks = {
       {"creators", check_creators}, {"roundtrip", check_roundtrip}, {"bad_fields", check_bad_fields},
       {"formats", check_formats},   {"shapes", check_shapes},       {"configure", check_configure},
-      {"clone_attach", check_clone_attach}, {"enqueue", check_enqueue}};
+      {"clone_attach", check_clone_attach}, {"enqueue", check_enqueue}, {"serialized_state", check_serialized_state},
+      {"field_structure", check_field_structure}, {"float32_rule", check_float32_rule}};
   if (!checks.count(check)) {
     std::printf("FAIL unknown check %s\n", check.c_str());
     return 2;

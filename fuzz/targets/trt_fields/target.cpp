@@ -1,0 +1,265 @@
+// Fuzz target: bytes -> a TensorRT PluginFieldCollection -> both opforge creators' createPlugin,
+// in the build phase (ONNX node attributes) and the runtime phase (an engine's serialized state),
+// the way TensorRT calls them: through getCreators() and setLoggerFinder().
+//
+// Input format (every read past the end gives 0):
+//   byte 0       flags: bit 0 pass a NULL collection, bit 1 pass a NULL field array
+//   byte 1       count, int8: < 0 is passed as nbFields as is (with no fields); else
+//                min(count, kMaxFields) fields follow and nbFields is their number
+//   per field    name selector (kNames; kCustomName: then a length byte and that many bytes),
+//                type byte (low 4 bits: PluginFieldType; bit 7: data = NULL), length (int8),
+//                8 payload bytes: the start of the field's data
+// The data buffer holds exactly `length` elements of the field's type (none when length <= 0),
+// as TensorRT guarantees, so ASan reports any read the field does not promise.
+//
+// Oracles beyond the sanitizers: a refusal logs an error; an accepted plugin holds a value the
+// shared attribute rule admits and that the fields gave (or the default, at build time only),
+// never comes from a collection with a repeated field, and at runtime only from exactly the two
+// serialized fields; its serialized fields rebuild an equal plugin, and so does clone().
+#include <NvInferRuntime.h>
+
+#include <opforge/kernels/attrs.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+extern "C" nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators) noexcept;
+extern "C" void setLoggerFinder(nvinfer1::ILoggerFinder* finder) noexcept;
+
+namespace {
+
+using nvinfer1::PluginField;
+using nvinfer1::PluginFieldCollection;
+using nvinfer1::PluginFieldType;
+using nvinfer1::TensorRTPhase;
+namespace kernels = opforge::kernels;
+
+constexpr int kMaxFields = 8;
+constexpr size_t kPayload = 8;
+constexpr const char* kNames[] = {"beta", "epsilon", "format_version", nullptr, "", "plugin_version", "betax"};
+constexpr uint8_t kCustomName = sizeof kNames / sizeof kNames[0];
+constexpr uint8_t kNullData = 0x80;
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr, "trt_fields: %s\n", what);
+  std::abort();
+}
+
+// Counts errors instead of printing them: a target must not print per input.
+struct CountingLogger : nvinfer1::ILogger {
+  int errors = 0;
+  void log(Severity severity, const char*) noexcept override {
+    if (severity <= Severity::kERROR) ++errors;
+  }
+} g_logger;
+struct Finder : nvinfer1::ILoggerFinder {
+  nvinfer1::ILogger* findLogger() noexcept override { return &g_logger; }
+} g_finder;
+
+class Reader {
+ public:
+  Reader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint8_t byte() { return pos_ < size_ ? data_[pos_++] : 0; }
+  void bytes(uint8_t* out, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[i] = byte();
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+size_t element_size(PluginFieldType type) {
+  switch (type) {
+    case PluginFieldType::kFLOAT64: case PluginFieldType::kINT64: return 8;
+    case PluginFieldType::kFLOAT32: case PluginFieldType::kINT32: return 4;
+    case PluginFieldType::kFLOAT16: case PluginFieldType::kBF16: case PluginFieldType::kINT16: return 2;
+    case PluginFieldType::kDIMS: return sizeof(nvinfer1::Dims);
+    default: return 1;
+  }
+}
+
+// Owns what the decoded collection points at.
+struct Decoded {
+  std::vector<std::unique_ptr<std::string>> names;
+  std::vector<std::unique_ptr<uint8_t[]>> buffers;
+  std::vector<PluginField> fields;
+  PluginField spare{};  // the array of an empty collection (nbFields 0 or < 0) that is not NULL
+  PluginFieldCollection collection{};
+  const PluginFieldCollection* passed = nullptr;
+};
+
+const char* decode_name(Reader& in, Decoded& out) {
+  const uint8_t selector = in.byte() % (kCustomName + 1);
+  if (selector < kCustomName) return kNames[selector];
+  auto name = std::make_unique<std::string>(in.byte() % 33, '\0');
+  in.bytes(reinterpret_cast<uint8_t*>(name->data()), name->size());
+  out.names.push_back(std::move(name));
+  return out.names.back()->c_str();
+}
+
+PluginField decode_field(Reader& in, Decoded& out) {
+  const char* name = decode_name(in, out);
+  const uint8_t type_byte = in.byte();
+  const auto type = static_cast<PluginFieldType>(type_byte & 0x0f);
+  const int32_t length = static_cast<int8_t>(in.byte());
+  uint8_t payload[kPayload];
+  in.bytes(payload, kPayload);
+  const size_t size = element_size(type) * static_cast<size_t>(length > 0 ? length : 0);
+  // new[] of 0 bytes is a distinct pointer ASan guards: reading it is a report, as it should be.
+  std::unique_ptr<uint8_t[]> buffer(new uint8_t[size]());
+  std::memcpy(buffer.get(), payload, size < kPayload ? size : kPayload);
+  const void* data = (type_byte & kNullData) ? nullptr : buffer.get();
+  out.buffers.push_back(std::move(buffer));
+  return PluginField(name, data, type, length);
+}
+
+void decode(const uint8_t* data, size_t size, Decoded& out) {
+  Reader in(data, size);
+  const uint8_t flags = in.byte();
+  const int32_t count = static_cast<int8_t>(in.byte());
+  for (int32_t i = 0; i < count && i < kMaxFields; ++i) out.fields.push_back(decode_field(in, out));
+  out.collection.nbFields = count < 0 ? count : static_cast<int32_t>(out.fields.size());
+  PluginField* array = out.fields.empty() ? &out.spare : out.fields.data();
+  out.collection.fields = (flags & 2) ? nullptr : array;
+  out.passed = (flags & 1) ? nullptr : &out.collection;
+}
+
+// ---- the oracle: what a correct creator may accept ------------------------------------------
+struct Expectation {
+  bool well_formed = false;  // collection, array and every name present; nbFields >= 0
+  int attr_count = 0, format_count = 0, unknown_count = 0;
+  const PluginField* attr = nullptr;
+};
+
+Expectation expect_from(const Decoded& in, const char* attr_name) {
+  Expectation e;
+  const PluginFieldCollection* fc = in.passed;
+  if (fc == nullptr) {  // no collection: no fields
+    e.well_formed = true;
+    return e;
+  }
+  if (fc->nbFields < 0 || (fc->nbFields > 0 && fc->fields == nullptr)) return e;
+  for (int32_t i = 0; i < fc->nbFields; ++i) {
+    const PluginField& f = fc->fields[i];
+    if (f.name == nullptr) return e;
+    if (std::strcmp(f.name, attr_name) == 0) ++e.attr_count, e.attr = &f;
+    else if (std::strcmp(f.name, "format_version") == 0) ++e.format_count;
+    else ++e.unknown_count;
+  }
+  e.well_formed = true;
+  return e;
+}
+
+float attribute_of(nvinfer1::IPluginV3* plugin, const char* attr_name, PluginFieldCollection* serialized_out) {
+  auto* runtime = static_cast<nvinfer1::IPluginV3OneRuntime*>(
+      plugin->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+  if (runtime == nullptr) fail("no runtime capability");
+  const PluginFieldCollection* fc = runtime->getFieldsToSerialize();
+  if (fc == nullptr || fc->nbFields != 2 || fc->fields == nullptr) fail("serialized fields are not 2");
+  float value = 0;
+  bool attr_seen = false, format_seen = false;
+  for (int32_t i = 0; i < 2; ++i) {
+    const PluginField& f = fc->fields[i];
+    if (f.name == nullptr || f.data == nullptr || f.length != 1) fail("malformed serialized field");
+    if (std::strcmp(f.name, attr_name) == 0 && f.type == PluginFieldType::kFLOAT32) {
+      std::memcpy(&value, f.data, sizeof value);
+      attr_seen = true;
+    } else if (std::strcmp(f.name, "format_version") == 0 && f.type == PluginFieldType::kINT32) {
+      int32_t version;
+      std::memcpy(&version, f.data, sizeof version);
+      if (version < 1 || version > OPFORGE_TRT_FORMAT_VERSION) fail("serialized format_version out of range");
+      format_seen = true;
+    }
+  }
+  if (!attr_seen || !format_seen) fail("serialized fields lack the attribute or format_version");
+  if (serialized_out != nullptr) *serialized_out = *fc;
+  return value;
+}
+
+float given_value(const PluginField& f) {
+  if (f.type == PluginFieldType::kFLOAT32) {
+    float v;
+    std::memcpy(&v, f.data, sizeof v);
+    return v;
+  }
+  double d;
+  std::memcpy(&d, f.data, sizeof d);
+  return static_cast<float>(d);  // accepted, hence finite in float32: the cast is defined
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+using Owned = std::unique_ptr<nvinfer1::IPluginV3>;
+
+// An accepted plugin: check it against the oracle, then its serialization round trip and clone.
+void check_accepted(nvinfer1::IPluginCreatorV3One* creator, const kernels::AttrSpec& attr, Owned plugin,
+                    const Expectation& e, TensorRTPhase phase) {
+  if (!e.well_formed || e.attr_count > 1 || e.format_count > 1) fail("accepted a malformed or repeated field set");
+  if (phase == TensorRTPhase::kRUNTIME && (e.attr_count != 1 || e.format_count != 1 || e.unknown_count != 0))
+    fail("accepted an incomplete or foreign serialized state");
+  if (e.attr != nullptr && (e.attr->data == nullptr || e.attr->length != 1 ||
+                            (e.attr->type != PluginFieldType::kFLOAT32 && e.attr->type != PluginFieldType::kFLOAT64)))
+    fail("accepted an attribute field that is not one float32 or float64 value");
+  PluginFieldCollection serialized{};
+  const float value = attribute_of(plugin.get(), attr.name, &serialized);
+  if (!kernels::attr_valid(attr.range, value)) fail("accepted a value the attribute rule refuses");
+  const float expected = e.attr != nullptr ? given_value(*e.attr) : static_cast<float>(attr.default_value);
+  if (!same_bits(value, expected)) fail("the plugin holds another value than the fields gave");
+
+  Owned again(creator->createPlugin("fuzz", &serialized, TensorRTPhase::kRUNTIME));
+  if (!again) fail("its own serialized fields were refused");
+  plugin.reset();  // the second plugin must not depend on the first
+  if (!same_bits(attribute_of(again.get(), attr.name, nullptr), expected)) fail("round trip changed the value");
+  Owned copy(again->clone());
+  if (!copy || !same_bits(attribute_of(copy.get(), attr.name, nullptr), expected)) fail("clone changed the value");
+}
+
+void run_creator(nvinfer1::IPluginCreatorV3One* creator, const kernels::AttrSpec& attr, const Decoded& in) {
+  const Expectation e = expect_from(in, attr.name);
+  for (TensorRTPhase phase : {TensorRTPhase::kBUILD, TensorRTPhase::kRUNTIME}) {
+    const int errors_before = g_logger.errors;
+    Owned plugin(creator->createPlugin("fuzz", in.passed, phase));
+    if (!plugin) {
+      if (g_logger.errors == errors_before) fail("refused without logging an error");
+      continue;
+    }
+    check_accepted(creator, attr, std::move(plugin), e, phase);
+  }
+}
+
+struct Creators {
+  nvinfer1::IPluginCreatorV3One* swish = nullptr;
+  nvinfer1::IPluginCreatorV3One* rms_norm = nullptr;
+};
+
+Creators find_creators() {
+  setLoggerFinder(&g_finder);
+  int32_t n = 0;
+  nvinfer1::IPluginCreatorInterface* const* all = getCreators(n);
+  Creators found;
+  for (int32_t i = 0; i < n; ++i) {
+    auto* creator = static_cast<nvinfer1::IPluginCreatorV3One*>(all[i]);
+    if (std::strcmp(creator->getPluginName(), "Swish") == 0) found.swish = creator;
+    if (std::strcmp(creator->getPluginName(), "RMSNorm") == 0) found.rms_norm = creator;
+  }
+  if (found.swish == nullptr || found.rms_norm == nullptr) fail("getCreators lacks Swish or RMSNorm");
+  return found;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const Creators creators = find_creators();
+  Decoded in;
+  decode(data, size, in);
+  run_creator(creators.swish, kernels::kSwishBeta, in);
+  run_creator(creators.rms_norm, kernels::kRMSNormEpsilon, in);
+  return 0;
+}
