@@ -3,7 +3,8 @@
 // which stamps the header's ORT_API_VERSION and sets callbacks newer than our minimum API.
 #include "ops.h"
 
-#include <cmath>
+#include <opforge/kernels/attrs.h>
+
 #include <exception>
 #include <memory>
 
@@ -39,30 +40,67 @@ std::string node_name(const OrtApi& api, const OrtKernelInfo* info) {
   return name;
 }
 
-// A float attribute or its default when absent; an int attribute (beta=1 instead of 1.0) is an error.
-OrtStatus* float_attr(const Kernel& k, const OrtKernelInfo* info, const char* name, float fallback, float* out) {
-  const OrtApi& api = *k.api;
-  OrtStatus* s = api.KernelInfoGetAttribute_float(info, name, out);
-  if (s == nullptr) return nullptr;
-  api.ReleaseStatus(s);
+// ---- attribute types at ORT API 17 -------------------------------------------------------------
+// API 17 has no call that returns an attribute's type on an OrtKernelInfo (OrtOpAttr readers for
+// kernels came later), so the type is told apart by which getter accepts the attribute:
+//  - KernelInfoGetAttribute_float/_int64/_string/_tensor succeed only for FLOAT/INT/STRING/TENSOR
+//    (ORT compares AttributeProto.type);
+//  - KernelInfoGetAttributeArray_float/_int64 read the list fields without checking the type, so
+//    they succeed for an attribute of any type that is present: FLOATS/INTS when the list is
+//    non-empty, and "present, of another type" otherwise (STRINGS, GRAPH, ...).
+
+bool succeeded(const OrtApi& api, OrtStatus* status) {
+  if (status == nullptr) return true;
+  api.ReleaseStatus(status);
+  return false;
+}
+
+bool is_tensor_attribute(const OrtApi& api, const OrtKernelInfo* info, const char* name) {
+  OrtAllocator* allocator = nullptr;
+  if (!succeeded(api, api.GetAllocatorWithDefaultOptions(&allocator))) return false;
+  OrtValue* value = nullptr;
+  if (!succeeded(api, api.KernelInfoGetAttribute_tensor(info, name, allocator, &value))) return false;
+  api.ReleaseValue(value);
+  return true;
+}
+
+// What a non-FLOAT attribute `name` is ("an INT attribute (2)", "a STRING attribute", ...);
+// empty when the node has no attribute of that name.
+std::string non_float_attribute(const OrtApi& api, const OrtKernelInfo* info, const char* name) {
   int64_t as_int = 0;
-  s = api.KernelInfoGetAttribute_int64(info, name, &as_int);
-  if (s == nullptr) return k.fail(name, "a float attribute", "an int attribute (" + std::to_string(as_int) + ")");
-  api.ReleaseStatus(s);
-  *out = fallback;
-  return nullptr;
+  if (succeeded(api, api.KernelInfoGetAttribute_int64(info, name, &as_int)))
+    return "an INT attribute (" + std::to_string(as_int) + ")";
+  size_t size = 0;
+  if (succeeded(api, api.KernelInfoGetAttribute_string(info, name, nullptr, &size))) return "a STRING attribute";
+  if (is_tensor_attribute(api, info, name)) return "a TENSOR attribute";
+  size_t floats = 0, ints = 0;
+  if (succeeded(api, api.KernelInfoGetAttributeArray_float(info, name, nullptr, &floats)) && floats > 0)
+    return "a FLOATS attribute (" + std::to_string(floats) + " values)";
+  if (succeeded(api, api.KernelInfoGetAttributeArray_int64(info, name, nullptr, &ints)) && ints > 0)
+    return "an INTS attribute (" + std::to_string(ints) + " values)";
+  size = 0;  // the list getters' presence test (see above): present but of none of these types
+  if (succeeded(api, api.KernelInfoGetAttributeArray_float(info, name, nullptr, &size)))
+    return "an attribute of another type (not FLOAT)";
+  return {};
+}
+
+// The FLOAT attribute `attr`, its default when the node has none; any other type is an error.
+// The value then follows the shared float32 rule (kernels attrs.h), like in every layer.
+OrtStatus* float_attr(const Kernel& k, const OrtKernelInfo* info, const opforge::kernels::AttrSpec& attr,
+                      float* out) {
+  const OrtApi& api = *k.api;
+  if (!succeeded(api, api.KernelInfoGetAttribute_float(info, attr.name, out))) {
+    const std::string got = non_float_attribute(api, info, attr.name);
+    if (!got.empty()) return k.fail(attr.name, "a FLOAT attribute", got);
+    *out = static_cast<float>(attr.default_value);
+  }
+  const std::string error = opforge::kernels::attr_error(attr, *out);
+  return error.empty() ? nullptr : k.fail(error);
 }
 
 OrtStatus* read_attributes(Kernel& k, const OrtKernelInfo* info) {
-  if (k.def->op == Op::kSwish) {
-    OPFORGE_TRY(float_attr(k, info, "beta", 1.0f, &k.attr));
-    if (!std::isfinite(k.attr)) return k.fail("beta", "a finite float", float_str(k.attr));
-  } else {
-    OPFORGE_TRY(float_attr(k, info, "epsilon", 1e-6f, &k.attr));
-    if (!std::isfinite(k.attr) || k.attr < 0)
-      return k.fail("epsilon", "a finite float >= 0", float_str(k.attr));
-  }
-  return nullptr;
+  const auto& attr = k.def->op == Op::kSwish ? opforge::kernels::kSwishBeta : opforge::kernels::kRMSNormEpsilon;
+  return float_attr(k, info, attr, &k.attr);
 }
 
 template <class F>
@@ -209,7 +247,11 @@ OpDef make_def(Op op, const char* provider, ONNXTensorElementDataType x_type, ON
   o.GetVariadicOutputHomogeneity = one;
   o.CreateKernelV2 = create_kernel;           // API 16: errors as OrtStatus, not exceptions
   o.KernelComputeV2 = compute;
-  o.GetStartVersion = domain_version;         // API 17: this kernel implements opforge v1 only
+  // API 17: the kernels implement opforge v1. ORT (1.17-1.32) does not refuse other imports with
+  // it: one schema per op name, since version 1, serves every import 1..1000, and kernels are
+  // matched against that schema's since version, never the model's import; nothing at API 17
+  // lets a kernel see the import. opforge_ort.check_model / inference_session refuse them.
+  o.GetStartVersion = domain_version;
   o.GetEndVersion = domain_version;
   d.op = op;
   d.provider = provider;

@@ -1,13 +1,15 @@
 #include "ort_util.h"
 
-#include <cstdio>
 #include <memory>
 
 namespace opforge_ort {
 
 OrtStatus* Kernel::fail(const std::string& what, const std::string& expected, const std::string& got) const {
-  const std::string message = std::string("opforge.") + op_name() + ": " + what + ": expected " + expected +
-                              ", got " + got + " (node \"" + node + "\")";
+  return fail(std::string("opforge.") + op_name() + ": " + what + ": expected " + expected + ", got " + got);
+}
+
+OrtStatus* Kernel::fail(const std::string& canonical) const {
+  const std::string message = canonical + " (node \"" + node + "\")";
   return api->CreateStatus(ORT_INVALID_ARGUMENT, message.c_str());
 }
 
@@ -35,12 +37,6 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
-}
-
-std::string float_str(double value) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", value);
-  return buf;
 }
 
 namespace {

@@ -32,6 +32,8 @@ struct Kernel {
   bool on_cuda() const { return def->provider != nullptr; }
   // "opforge.<Op>: <what>: expected <expected>, got <got> (node "<name>")"
   OrtStatus* fail(const std::string& what, const std::string& expected, const std::string& got) const;
+  // A canonical message made elsewhere (kernels attrs.h), with the node name appended.
+  OrtStatus* fail(const std::string& canonical) const;
 };
 
 struct Tensor {
@@ -43,7 +45,6 @@ struct Tensor {
 
 std::string type_name(ONNXTensorElementDataType type);
 std::string shape_str(const std::vector<int64_t>& shape);
-std::string float_str(double value);
 
 OrtStatus* read_input(const Kernel& k, OrtKernelContext* ctx, size_t index, Tensor& out);
 // Allocates output 0 with `shape`; *data stays nullptr for an empty tensor.

@@ -144,7 +144,7 @@ def test_bad_attribute(tmp_path):
                        [value_info("Y", "float32", None)])
     report = doctor.diagnose(_write(tmp_path, "eps", model))
     assert report.codes() == ["bad-attribute"]
-    assert "opforge.RMSNorm: epsilon: expected a finite float >= 0, got -1" in report.problems[0].message
+    assert "opforge.RMSNorm: epsilon: expected a finite float32 >= 0, got -1" in report.problems[0].message
 
 
 @pytest.mark.old_runtime

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 __version__ = "0.1.0"
-__all__ = ["DOMAIN", "DOMAIN_VERSION", "LIBRARY_NAME", "OPS", "build_info", "library_path",
-           "manifest", "manifest_path", "session_options"]
+__all__ = ["DOMAIN", "DOMAIN_VERSION", "LIBRARY_NAME", "OPS", "ModelError", "build_info", "check_model",
+           "inference_session", "library_path", "manifest", "manifest_path", "session_options"]
 
 DOMAIN = "opforge"
 DOMAIN_VERSION = 1
@@ -51,3 +51,6 @@ def session_options(options=None):
     options = options if options is not None else onnxruntime.SessionOptions()
     options.register_custom_ops_library(library_path())
     return options
+
+
+from .models import ModelError, check_model, inference_session  # noqa: E402  (uses the names above)

@@ -222,6 +222,8 @@ _SESSION_ERRORS = (  # (pattern in ORT's message, code, fix)
     (r"too old|API version \[?\d+\]? is not available", "ort-too-old", "pip install a newer onnxruntime"),
     (r"opforge\.\w+: X: expected", "type-not-supported", "Cast X to a supported type before the node"),
     (r"opforge\.\w+: W: expected", "bad-input", "give W the type of X and length X.shape[-1]"),
+    (r"opforge\.\w+: (beta|epsilon): expected a FLOAT attribute", "bad-attribute",
+     "write the attribute as an ONNX FLOAT (onnx.helper: beta=1.0, not 1, \"1\", a list or a tensor)"),
     (r"opforge\.\w+: (beta|epsilon): expected", "bad-attribute", "fix the attribute value on the node"),
     (r"Type Error|type inferencing error", "type-not-supported", "Cast the input to a supported type"),
     (r"Could not find an implementation for (Swish|RMSNorm)\((\d+)\)", "domain-version-mismatch",

@@ -1,0 +1,92 @@
+"""Attributes of the wrong type and models importing another opforge version are refused at session
+creation with a message naming the node, the attribute (or the domain version) and what was
+expected, never replaced by a default or run with the version-1 kernels. Runs on the oldest ONNX
+Runtime of the matrix (1.17.3) as well as the newest."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import opforge_ort
+import opforge_spec as spec
+from ort_models import make_model, session, value_info
+
+ATTRIBUTES = [("Swish", "beta"), ("RMSNorm", "epsilon")]
+WRONG_TYPES = {
+    # ONNX attribute type: (value onnx.helper turns into it, what the message says it got)
+    "STRING": ("fast", "a STRING attribute"),
+    "TENSOR": (helper.make_tensor("t", TensorProto.FLOAT, [1], [0.5]), "a TENSOR attribute"),
+    "FLOATS": ([0.5, 2.0], "a FLOATS attribute (2 values)"),
+    "INTS": ([1, 2, 3], "an INTS attribute (3 values)"),
+    "INT": (2, "an INT attribute (2)"),
+    # no typed getter of ORT API 17 accepts these: found by the list getters' presence test
+    "STRINGS": (["a", "b"], "an attribute of another type (not FLOAT)"),
+    "GRAPH": (helper.make_graph([], "g", [], []), "an attribute of another type (not FLOAT)"),
+}
+
+
+def node_model(op: str, node_name: str = "bad_node", opforge_version: int | None = 1, **attrs) -> bytes:
+    inputs = ["X", "W"][: len(spec.OPS[op].inputs)]
+    node = helper.make_node(op, inputs, ["Y"], domain="opforge", name=node_name, **attrs)
+    return make_model([node], [value_info(name, "float32", 1, prefix=name) for name in inputs],
+                      [value_info("Y", "float32", None)], opforge_version=opforge_version)
+
+
+def session_error(model: bytes) -> str:
+    with pytest.raises(Exception) as info:
+        session(model)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("type_name", sorted(WRONG_TYPES))
+@pytest.mark.parametrize("op, attr", ATTRIBUTES)
+def test_wrong_attribute_type_is_refused_at_session_creation(op, attr, type_name):
+    value, got = WRONG_TYPES[type_name]
+    expected = spec.error(op, attr, "a FLOAT attribute", got) + ' (node "bad_node")'
+    assert expected in session_error(node_model(op, **{attr: value}))
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), 1e39, -1e300])
+@pytest.mark.parametrize("op, attr", ATTRIBUTES)
+def test_float32_rule_matches_the_spec(op, attr, value):
+    with np.errstate(over="ignore"):
+        stored = float(np.float32(value))  # what AttributeProto.f holds: 1e39 is inf there
+    expected = spec.OPS[op].attributes[attr].error(op, stored)
+    assert f'{expected} (node "bad_node")' in session_error(node_model(op, **{attr: value}))
+
+
+@pytest.mark.parametrize("op, attr", ATTRIBUTES)
+def test_absent_attribute_takes_the_default_and_float_is_used(op, attr):
+    x = np.linspace(-2, 2, 8).astype(np.float32)
+    feeds = {"X": x, "W": np.ones(8, np.float32)} if op == "RMSNorm" else {"X": x}
+    op_spec = spec.OPS[op]
+    for attrs in ({}, {attr: 0.5}):
+        (y,) = session(node_model(op, **attrs)).run(None, feeds)
+        op_spec.check_close(y, op_spec.reference(*feeds.values(), **attrs), "float32")
+
+
+@pytest.mark.parametrize("version", [0, 2, 7])
+@pytest.mark.parametrize("op", ["Swish", "RMSNorm"])
+def test_other_domain_version_is_refused_before_the_session(op, version):
+    model = node_model(op, node_name="versioned", opforge_version=version)
+    expected = (f"opforge.{op}: domain version: expected opforge version 1, got opforge version {version} "
+                f'(node "versioned"')
+    with pytest.raises(opforge_ort.ModelError) as info:
+        opforge_ort.inference_session(model)
+    assert expected in str(info.value)
+    with pytest.raises(opforge_ort.ModelError, match="domain version"):
+        opforge_ort.check_model(model)
+
+
+def test_missing_domain_import_is_refused():
+    model = node_model("Swish", opforge_version=None)
+    with pytest.raises(opforge_ort.ModelError, match=r"opforge.Swish: domain version: expected opforge version 1, "
+                                                     r"got no opset_import for it \(node \"bad_node\""):
+        opforge_ort.inference_session(model)
+
+
+def test_version_1_model_runs_through_the_checked_session():
+    x = np.linspace(-2, 2, 8).astype(np.float32)
+    (y,) = opforge_ort.inference_session(node_model("Swish", beta=1.5)).run(None, {"X": x})
+    spec.SWISH.check_close(y, spec.SWISH.reference(x, beta=1.5), "float32")
