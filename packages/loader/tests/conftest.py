@@ -7,6 +7,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import opforge_loader  # noqa: E402
+from plugin_build import nlohmann_json_include_dir  # noqa: E402
+
+# Tests that compile the host sources themselves (test_stress.py, the fuzz target) need the
+# headers of nlohmann-json (the `test` extra); gcc reads extra include directories from CPATH.
+_json_include = nlohmann_json_include_dir()
+if _json_include:
+    os.environ["CPATH"] = os.pathsep.join(filter(None, [_json_include, os.environ.get("CPATH")]))
 
 
 @pytest.fixture

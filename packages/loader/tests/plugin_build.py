@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -12,15 +13,25 @@ DATA = Path(__file__).resolve().parent / "data"
 SOURCE = DATA / "test_plugin.c"
 
 
+def nlohmann_json_include_dir() -> str | None:
+    """Headers of the PyPI package nlohmann-json (found without importing it), or None."""
+    spec = importlib.util.find_spec("nlohmann_json")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    include = Path(list(spec.submodule_search_locations)[0]) / "include"
+    return str(include) if (include / "nlohmann" / "json.hpp").is_file() else None
+
+
 def build_c_plugin(out_dir: Path, file_name: str, *, name: str = "test_offset", version: str = "1.0.0",
                    op: str = "Offset", offset: float = 1.0, defines: tuple[str, ...] = (), hidden: bool = True,
-                   manifest: bool = True, **manifest_overrides) -> Path:
+                   manifest: bool = True, link_args: tuple[str, ...] = (), **manifest_overrides) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = out_dir / file_name
     cmd = ["gcc", "-std=c11", "-O1", "-shared", "-fPIC", f"-I{opforge_loader.include_dir()}",
            f'-DPLUGIN_NAME="{name}"', f'-DPLUGIN_VERSION="{version}"', f'-DOP_NAME="{op}"', f"-DOFFSET={offset}f",
            f"-Wl,-soname,{file_name}", "-Wl,--no-undefined", "-o", str(lib), str(SOURCE)]
     cmd += [f"-D{d}" for d in defines]
+    cmd += list(link_args)
     if hidden:
         cmd += ["-fvisibility=hidden", f"-Wl,--version-script={Path(opforge_loader.cmake_dir()) / 'opforge_plugin.map'}"]
     subprocess.run(cmd, check=True)
@@ -43,3 +54,47 @@ def write_manifest(lib: Path, *, name: str, version: str = "1.0.0", ops=None, ki
     path = lib.with_name(lib.name + ".manifest.json")
     path.write_text(json.dumps(data, indent=2))
     return path
+
+
+# What a stateful third-party plugin does in init/unload, patched into the `new-plugin` template:
+# init twice on one mapping is refused, compute outside init..unload fails.
+_SDK_STATE = """
+static int g_acme_inits, g_acme_serving;
+static int32_t acme_init(const OpforgeHostInfo* host, char* err, size_t len) {
+  (void)host;
+  if (++g_acme_inits > 1) { snprintf(err, len, "init called twice on one mapping"); return OPFORGE_ERR_INTERNAL; }
+  g_acme_serving = 1;
+  return OPFORGE_OK;
+}
+static void acme_unload(void) { g_acme_serving = 0; }
+"""
+
+
+def build_sdk_plugin(root: Path, version: str, extra_offset: float, *, name: str = "acme_offset",
+                     op: str = "AddOffset", domain: str = "acme") -> Path:
+    """A third-party plugin as its author would make it: `opforge-loader new-plugin`, then CMake
+    against the INSTALLED SDK (find_package(opforge_plugin)). Returns the built library."""
+    import sys
+
+    src, build = root / f"src-{version}", root / f"build-{version}"
+    subprocess.run([sys.executable, "-m", "opforge_loader.cli", "new-plugin", name, str(src), "--op", op,
+                    "--domain", domain], check=True, capture_output=True)
+    cmake = src / "CMakeLists.txt"
+    cmake.write_text(cmake.read_text().replace("VERSION 1.0.0", f"VERSION {version}"))
+    source = src / "src" / f"{name}.c"
+    text = source.read_text()
+    text = text.replace("y[i] = x[i] + offset;", f"y[i] = x[i] + offset + {extra_offset}f;")
+    text = text.replace("static int32_t compute(", _SDK_STATE + "\nstatic int32_t compute(", 1)
+    text = text.replace("  const int64_t n = numel(&in[0]);", """  if (!g_acme_serving) {
+    snprintf(err, len, "called while the plugin is not initialized");
+    return OPFORGE_ERR_INTERNAL;
+  }
+  const int64_t n = numel(&in[0]);""", 1)
+    text = text.replace("1, kOps, NULL, NULL}", "1, kOps, acme_init, acme_unload}")
+    if "acme_init, acme_unload}" not in text or "g_acme_serving) {" not in text:
+        raise RuntimeError(f"{source}: the new-plugin template changed; update build_sdk_plugin's patch")
+    source.write_text(text)
+    for step in (["cmake", "-S", str(src), "-B", str(build), f"-Dopforge_plugin_DIR={opforge_loader.cmake_dir()}",
+                  "-DCMAKE_BUILD_TYPE=Release"], ["cmake", "--build", str(build), "-j2"]):
+        subprocess.run(step, check=True, capture_output=True)
+    return build / f"libops_{name}.so.1"

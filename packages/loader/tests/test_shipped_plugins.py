@@ -82,3 +82,20 @@ def test_bfloat16_matches_spec(shipped, op_name):
         actual = shipped.run(op_name, inputs, case.attrs)
         assert actual.dtype == np.dtype(ml_dtypes.bfloat16), case.name
         op.check_close(actual.astype(np.float32), op.reference(*case.inputs, **case.attrs), "bfloat16")
+
+
+@pytest.mark.parametrize("op_name, attr, value", [
+    ("Swish", "beta", 1e39), ("Swish", "beta", float("-inf")), ("Swish", "beta", float("nan")),
+    ("Swish", "beta", -3.5e38), ("RMSNorm", "epsilon", 1e300), ("RMSNorm", "epsilon", -1.0)])
+def test_attributes_follow_the_shared_float32_rule(shipped, op_name, attr, value):
+    """The same rule and text as every layer (opforge_spec / kernels attrs.h): finite in float32."""
+    op = spec.OPS[op_name]
+    inputs = [np.ones((2, 4), np.float32), np.ones(4, np.float32)][:len(op.inputs)]
+    with pytest.raises(opforge_loader.OpforgeError) as info:
+        shipped.run(op_name, inputs, {attr: value})
+    assert str(info.value) == op.attributes[attr].error(op_name, value)
+
+
+def test_largest_float32_attribute_is_accepted(shipped):
+    x = np.ones(3, np.float32)
+    np.testing.assert_array_equal(shipped.run("Swish", [x], {"beta": 3.4028234663852886e38}), x)

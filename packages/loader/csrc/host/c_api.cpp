@@ -1,6 +1,8 @@
 // The exported C API: thin wrappers that turn C++ results into status codes + messages, plus the
 // host-side validation of every call into a plugin (names, counts, dtypes, ranks, attributes).
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <cstring>
 #include <new>
 #include <string>
@@ -18,6 +20,11 @@ using opforge::loader::OpEntry;
 struct OpforgeOpRef {};  // opaque to callers; the pointer is an OpEntry
 
 namespace {
+
+int32_t fill(char* err, size_t len, const char* msg, int32_t status) {
+  if (err && len > 0) std::snprintf(err, len, "%s", msg);
+  return status;
+}
 
 int32_t fill(char* err, size_t len, const std::string& msg, int32_t status) {
   if (err && len > 0) {
@@ -112,71 +119,44 @@ int32_t check_call(const OpforgeOpDef* d, const OpforgeTensor* inputs, uint32_t 
   return OPFORGE_OK;
 }
 
-}  // namespace
-
-extern "C" {
-
-const char* opforge_loader_version(void) { return OPFORGE_LOADER_VERSION; }
-uint32_t opforge_loader_api_version(void) { return OPFORGE_PLUGIN_API_VERSION; }
-
-OpforgeRegistry* opforge_registry_create(void) { return new (std::nothrow) OpforgeRegistry(); }
-void opforge_registry_destroy(OpforgeRegistry* reg) { delete reg; }
-void opforge_registry_set_log(OpforgeRegistry* reg, OpforgeLogFn fn, void* user) { reg->impl.set_log(fn, user); }
-
-int32_t opforge_registry_load(OpforgeRegistry* reg, const char* path, char* err, size_t len) {
-  std::string e;
-  int32_t s = reg->impl.load(path, e);
-  return s ? fill(err, len, e, s) : s;
+// Every extern "C" entry point runs its body through one of these: no C++ exception crosses the
+// C ABI. The handlers format with snprintf into the caller's buffer: they allocate nothing, so
+// even std::bad_alloc is reported, not rethrown.
+template <class Body>
+int32_t guarded(const char* fn, char* err, size_t len, Body&& body) noexcept {
+  char msg[512];
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    std::snprintf(msg, sizeof msg, "opforge-loader: %s: out of memory", fn);
+    return fill(err, len, msg, OPFORGE_ERR_OUT_OF_MEMORY);
+  } catch (const std::exception& e) {
+    std::snprintf(msg, sizeof msg, "opforge-loader: %s: internal error: %s", fn, e.what());
+  } catch (...) {
+    std::snprintf(msg, sizeof msg, "opforge-loader: %s: internal error: unknown exception", fn);
+  }
+  return fill(err, len, msg, OPFORGE_ERR_INTERNAL);
 }
 
-int32_t opforge_registry_load_dir(OpforgeRegistry* reg, const char* dir, uint32_t* loaded, uint32_t* refused,
-                                  char* err, size_t len) {
-  std::string e;
-  int32_t s = reg->impl.load_dir(dir, loaded, refused, e);
-  return s ? fill(err, len, e, s) : s;
+// For entry points that return no status: the failure is dropped (nothing to report it through).
+template <class Body>
+void guarded_void(Body&& body) noexcept {
+  try {
+    body();
+  } catch (...) {
+  }
 }
 
-int32_t opforge_registry_unload(OpforgeRegistry* reg, const char* name, char* err, size_t len) {
-  std::string e;
-  int32_t s = reg->impl.unload(name, e);
-  return s ? fill(err, len, e, s) : s;
+// A NULL where the API needs a pointer: a status, never a crash.
+int32_t null_argument(const char* fn, const char* what, char* err, size_t len) {
+  char msg[256];
+  std::snprintf(msg, sizeof msg, "opforge-loader: %s: expected %s, got NULL", fn, what);
+  return fill(err, len, msg, OPFORGE_ERR_INVALID_ARGUMENT);
 }
 
-int32_t opforge_registry_reload(OpforgeRegistry* reg, const char* path, char* err, size_t len) {
-  std::string e;
-  int32_t s = reg->impl.reload(path, e);
-  return s ? fill(err, len, e, s) : s;
-}
-
-int32_t opforge_registry_sync_dir(OpforgeRegistry* reg, const char* dir, uint32_t* changes, char* err, size_t len) {
-  std::string e;
-  int32_t s = reg->impl.sync_dir(dir, changes, e);
-  return s ? fill(err, len, e, s) : s;
-}
-
-void opforge_registry_enumerate(OpforgeRegistry* reg, OpforgeOpVisitor fn, void* user) { reg->impl.enumerate(fn, user); }
-uint32_t opforge_registry_plugin_count(OpforgeRegistry* reg) { return reg->impl.plugin_count(); }
-
-int32_t opforge_acquire(OpforgeRegistry* reg, const char* name, uint32_t major, OpforgeOpRef** out, char* err,
+// Attributes named by the caller, checked against the schema, defaults filled in schema order.
+int32_t create_instance(const OpforgeOpDef* d, const OpforgeAttrValue* attrs, uint32_t n, void** instance, char* err,
                         size_t len) {
-  std::string e;
-  OpEntry* entry = nullptr;
-  int32_t s = reg->impl.acquire(name, major, &entry, e);
-  if (s) return fill(err, len, e, s);
-  *out = reinterpret_cast<OpforgeOpRef*>(entry);
-  return OPFORGE_OK;
-}
-
-void opforge_release(OpforgeOpRef* ref) {
-  if (ref) entry_of(ref)->release();
-}
-
-const OpforgeOpDef* opforge_ref_def(const OpforgeOpRef* ref) { return entry_of(ref)->def; }
-const char* opforge_ref_plugin_version(const OpforgeOpRef* ref) { return entry_of(ref)->lib->version.c_str(); }
-
-int32_t opforge_op_create(const OpforgeOpRef* ref, const OpforgeAttrValue* attrs, uint32_t n, void** instance,
-                          char* err, size_t len) {
-  const OpforgeOpDef* d = entry_of(ref)->def;
   std::vector<OpforgeAttrValue> full(d->num_attrs);
   std::vector<bool> given(d->num_attrs, false);
   std::string names;
@@ -186,6 +166,7 @@ int32_t opforge_op_create(const OpforgeOpRef* ref, const OpforgeAttrValue* attrs
     full[k] = OpforgeAttrValue{s.name, s.type, s.default_float, s.default_int, s.default_string};
   }
   for (uint32_t i = 0; i < n; ++i) {
+    if (!attrs[i].name) return null_argument("opforge_op_create", "an attribute name", err, len);
     uint32_t k = 0;
     while (k < d->num_attrs && std::strcmp(d->attrs[k].name, attrs[i].name) != 0) ++k;
     if (k == d->num_attrs)
@@ -213,27 +194,7 @@ int32_t opforge_op_create(const OpforgeOpRef* ref, const OpforgeAttrValue* attrs
   return plugin_status(d, d->create(full.data(), d->num_attrs, instance, buf, sizeof(buf) - 1), buf, err, len);
 }
 
-void opforge_op_destroy(const OpforgeOpRef* ref, void* instance) {
-  if (instance) entry_of(ref)->def->destroy(instance);
-}
-
-int32_t opforge_op_output_shapes(const OpforgeOpRef* ref, void* instance, const OpforgeTensor* inputs, uint32_t n_in,
-                                 OpforgeTensorDesc* outputs, uint32_t n_out, char* err, size_t len) {
-  const OpforgeOpDef* d = entry_of(ref)->def;
-  if (int32_t bad = check_call(d, inputs, n_in, n_out, err, len)) return bad;
-  char buf[1024] = {0};
-  return plugin_status(d, d->output_shapes(instance, inputs, n_in, outputs, n_out, buf, sizeof(buf) - 1), buf, err, len);
-}
-
-int32_t opforge_op_compute(const OpforgeOpRef* ref, void* instance, const OpforgeTensor* inputs, uint32_t n_in,
-                           OpforgeTensor* outputs, uint32_t n_out, char* err, size_t len) {
-  const OpforgeOpDef* d = entry_of(ref)->def;
-  if (int32_t bad = check_call(d, inputs, n_in, n_out, err, len)) return bad;
-  char buf[1024] = {0};
-  return plugin_status(d, d->compute(instance, inputs, n_in, outputs, n_out, buf, sizeof(buf) - 1), buf, err, len);
-}
-
-int32_t opforge_manifest_check(const char* manifest_path, const char* runtime_version, char* err, size_t len) {
+int32_t check_manifest_file(const char* manifest_path, const char* runtime_version, char* err, size_t len) {
   using namespace opforge::loader;
   Manifest m;
   std::string reason;
@@ -250,6 +211,170 @@ int32_t opforge_manifest_check(const char* manifest_path, const char* runtime_ve
   if (m.kind != "opforge" && runtime_version && *runtime_version && !check_sdk_range(m, runtime_version, reason))
     return refuse(m.library_path);
   return OPFORGE_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* opforge_loader_version(void) { return OPFORGE_LOADER_VERSION; }
+uint32_t opforge_loader_api_version(void) { return OPFORGE_PLUGIN_API_VERSION; }
+
+OpforgeRegistry* opforge_registry_create(void) {
+  OpforgeRegistry* reg = nullptr;
+  guarded_void([&] { reg = new OpforgeRegistry(); });
+  return reg;
+}
+
+void opforge_registry_destroy(OpforgeRegistry* reg) {
+  guarded_void([&] { delete reg; });
+}
+
+void opforge_registry_set_log(OpforgeRegistry* reg, OpforgeLogFn fn, void* user) {
+  guarded_void([&] {
+    if (reg) reg->impl.set_log(fn, user);
+  });
+}
+
+int32_t opforge_registry_load(OpforgeRegistry* reg, const char* path, char* err, size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!reg || !path) return null_argument(fn, reg ? "a library path" : "a registry", err, len);
+    std::string e;
+    int32_t s = reg->impl.load(path, e);
+    return s ? fill(err, len, e, s) : s;
+  });
+}
+
+int32_t opforge_registry_load_dir(OpforgeRegistry* reg, const char* dir, uint32_t* loaded, uint32_t* refused,
+                                  char* err, size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!reg || !dir) return null_argument(fn, reg ? "a directory" : "a registry", err, len);
+    std::string e;
+    int32_t s = reg->impl.load_dir(dir, loaded, refused, e);
+    return s ? fill(err, len, e, s) : s;
+  });
+}
+
+int32_t opforge_registry_unload(OpforgeRegistry* reg, const char* name, char* err, size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!reg || !name) return null_argument(fn, reg ? "a plugin name" : "a registry", err, len);
+    std::string e;
+    int32_t s = reg->impl.unload(name, e);
+    return s ? fill(err, len, e, s) : s;
+  });
+}
+
+int32_t opforge_registry_reload(OpforgeRegistry* reg, const char* path, char* err, size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!reg || !path) return null_argument(fn, reg ? "a library path" : "a registry", err, len);
+    std::string e;
+    int32_t s = reg->impl.reload(path, e);
+    return s ? fill(err, len, e, s) : s;
+  });
+}
+
+int32_t opforge_registry_sync_dir(OpforgeRegistry* reg, const char* dir, uint32_t* changes, char* err, size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!reg || !dir) return null_argument(fn, reg ? "a directory" : "a registry", err, len);
+    std::string e;
+    int32_t s = reg->impl.sync_dir(dir, changes, e);
+    return s ? fill(err, len, e, s) : s;
+  });
+}
+
+void opforge_registry_enumerate(OpforgeRegistry* reg, OpforgeOpVisitor fn, void* user) {
+  guarded_void([&] {
+    if (reg && fn) reg->impl.enumerate(fn, user);
+  });
+}
+
+uint32_t opforge_registry_plugin_count(OpforgeRegistry* reg) {
+  uint32_t n = 0;
+  guarded_void([&] {
+    if (reg) n = reg->impl.plugin_count();
+  });
+  return n;
+}
+
+int32_t opforge_acquire(OpforgeRegistry* reg, const char* name, uint32_t major, OpforgeOpRef** out, char* err,
+                        size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!reg || !name || !out)
+      return null_argument(fn, !reg ? "a registry" : !name ? "an op name" : "an output pointer", err, len);
+    std::string e;
+    OpEntry* entry = nullptr;
+    int32_t s = reg->impl.acquire(name, major, &entry, e);
+    if (s) return fill(err, len, e, s);
+    *out = reinterpret_cast<OpforgeOpRef*>(entry);
+    return OPFORGE_OK;
+  });
+}
+
+void opforge_release(OpforgeOpRef* ref) {
+  guarded_void([&] {
+    if (ref) entry_of(ref)->release();
+  });
+}
+
+const OpforgeOpDef* opforge_ref_def(const OpforgeOpRef* ref) { return ref ? entry_of(ref)->def : nullptr; }
+const char* opforge_ref_plugin_version(const OpforgeOpRef* ref) {
+  return ref ? entry_of(ref)->lib->version.c_str() : nullptr;
+}
+
+int32_t opforge_op_create(const OpforgeOpRef* ref, const OpforgeAttrValue* attrs, uint32_t n, void** instance,
+                          char* err, size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!ref || !instance || (n > 0 && !attrs))
+      return null_argument(fn, !ref ? "an op reference" : !instance ? "an instance pointer" : "attributes", err, len);
+    return create_instance(entry_of(ref)->def, attrs, n, instance, err, len);
+  });
+}
+
+void opforge_op_destroy(const OpforgeOpRef* ref, void* instance) {
+  guarded_void([&] {
+    if (ref && instance) entry_of(ref)->def->destroy(instance);
+  });
+}
+
+int32_t opforge_op_output_shapes(const OpforgeOpRef* ref, void* instance, const OpforgeTensor* inputs, uint32_t n_in,
+                                 OpforgeTensorDesc* outputs, uint32_t n_out, char* err, size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!ref || (n_in > 0 && !inputs) || (n_out > 0 && !outputs))
+      return null_argument(fn, !ref ? "an op reference" : !outputs ? "outputs" : "inputs", err, len);
+    const OpforgeOpDef* d = entry_of(ref)->def;
+    if (int32_t bad = check_call(d, inputs, n_in, n_out, err, len)) return bad;
+    char buf[1024] = {0};
+    return plugin_status(d, d->output_shapes(instance, inputs, n_in, outputs, n_out, buf, sizeof(buf) - 1), buf, err, len);
+  });
+}
+
+int32_t opforge_op_compute(const OpforgeOpRef* ref, void* instance, const OpforgeTensor* inputs, uint32_t n_in,
+                           OpforgeTensor* outputs, uint32_t n_out, char* err, size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!ref || (n_in > 0 && !inputs) || (n_out > 0 && !outputs))
+      return null_argument(fn, !ref ? "an op reference" : !outputs ? "outputs" : "inputs", err, len);
+    const OpforgeOpDef* d = entry_of(ref)->def;
+    if (int32_t bad = check_call(d, inputs, n_in, n_out, err, len)) return bad;
+    char buf[1024] = {0};
+    return plugin_status(d, d->compute(instance, inputs, n_in, outputs, n_out, buf, sizeof(buf) - 1), buf, err, len);
+  });
+}
+
+int32_t opforge_manifest_check(const char* manifest_path, const char* runtime_version, char* err, size_t len) {
+  const char* fn = __func__;
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!manifest_path) return null_argument(fn, "a manifest path", err, len);
+    return check_manifest_file(manifest_path, runtime_version, err, len);
+  });
 }
 
 }  // extern "C"

@@ -8,13 +8,14 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <regex>
 #include <sstream>
 
+#include "files.h"
+#include "image.h"
 #include "json.h"
 #include "opforge/plugin.h"
 #include "sha256.h"
+#include "text.h"
 
 namespace opforge::loader {
 namespace {
@@ -27,9 +28,54 @@ std::string dirname_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-bool matches(const std::string& s, const char* pattern) {
-  return std::regex_match(s, std::regex(pattern));
+// Character-class checks with a length bound, in place of std::regex (whose matcher recursed
+// once per character: a 30,000-character name overflowed the stack).
+constexpr size_t kMaxName = 128, kMaxVersion = 64, kMaxLibrary = 255;
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_alnum(char c) { return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+bool all_of_class(const std::string& s, size_t begin, size_t end, bool (*ok)(char)) {
+  if (begin >= end) return false;
+  for (size_t i = begin; i < end; ++i)
+    if (!ok(s[i])) return false;
+  return true;
 }
+
+bool is_name_char(char c) { return is_alnum(c) || c == '_' || c == '.' || c == '-'; }
+bool is_label_char(char c) { return is_alnum(c) || c == '.' || c == '-'; }
+
+// [A-Za-z0-9_.-]{1,kMaxName}
+bool is_plugin_name(const std::string& s) { return s.size() <= kMaxName && all_of_class(s, 0, s.size(), is_name_char); }
+
+// N(.N)* with N = [0-9]+, at most kMaxVersion characters
+bool is_dotted_numbers(const std::string& s, size_t begin, size_t end, int parts_required) {
+  int parts = 0;
+  size_t start = begin;
+  for (size_t i = begin; i <= end; ++i) {
+    if (i < end && s[i] != '.') continue;
+    if (!all_of_class(s, start, i, is_digit)) return false;
+    ++parts;
+    start = i + 1;
+  }
+  return parts_required == 0 || parts == parts_required;
+}
+
+bool is_sdk_version(const std::string& s) { return s.size() <= kMaxVersion && is_dotted_numbers(s, 0, s.size(), 0); }
+
+// MAJOR.MINOR.PATCH([-+][0-9A-Za-z.-]+)?
+bool is_semver(const std::string& s) {
+  if (s.size() > kMaxVersion) return false;
+  const size_t suffix = std::min(s.find('-'), s.find('+'));
+  const size_t core_end = suffix == std::string::npos ? s.size() : suffix;
+  if (!is_dotted_numbers(s, 0, core_end, 3)) return false;
+  return core_end == s.size() || all_of_class(s, core_end + 1, s.size(), is_label_char);
+}
+
+bool is_lower_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f'); }
+bool is_sha256_hex(const std::string& s) { return s.size() == 64 && all_of_class(s, 0, s.size(), is_lower_hex); }
+
+std::string shown(const std::string& value) { return "\"" + printable(value) + "\""; }
 
 // Field readers: each names the field and what it expected, like every opforge message.
 bool get_string(const Json& obj, const char* key, std::string& out, std::string& reason) {
@@ -50,7 +96,12 @@ bool get_int(const Json& obj, const char* key, int64_t& out, std::string& reason
     reason = std::string("malformed manifest: \"") + key + "\": expected integer, got " + v->type_name();
     return false;
   }
-  out = static_cast<int64_t>(v->number);
+  if (!v->fits_int64) {
+    reason = std::string("malformed manifest: \"") + key +
+             "\": expected an integer from -9223372036854775808 to 9223372036854775807, got " + printable(v->string);
+    return false;
+  }
+  out = v->integer;
   return true;
 }
 
@@ -69,8 +120,9 @@ bool read_sdk(const Json& root, Manifest& m, std::string& reason) {
     return false;
   }
   for (const std::string* v : {&m.sdk_min, &m.sdk_max}) {
-    if (!v->empty() && !matches(*v, "[0-9]+(\\.[0-9]+)*")) {
-      reason = "malformed manifest: \"sdk\": expected dotted version numbers, got \"" + *v + "\"";
+    if (!v->empty() && !is_sdk_version(*v)) {
+      reason = "malformed manifest: \"sdk\": expected dotted version numbers (at most " + std::to_string(kMaxVersion) +
+               " characters), got " + shown(*v);
       return false;
     }
   }
@@ -97,8 +149,11 @@ bool read_ops(const Json& root, Manifest& m, std::string& reason) {
       else reason += " (in " + where + ")";
       return false;
     }
-    if (op.version < 1 || op.name.empty()) {
-      reason = "malformed manifest: \"" + where + "\": expected a name and version >= 1";
+    if (op.version < 1 || op.version > UINT32_MAX || !is_plugin_name(op.name) ||
+        (!op.domain.empty() && !is_plugin_name(op.domain))) {
+      reason = "malformed manifest: \"" + where + "\": expected a name and domain of [A-Za-z0-9_.-]{1," +
+               std::to_string(kMaxName) + "} and a version from 1 to 4294967295, got " + shown(op.domain) + ", " +
+               shown(op.name) + ", " + std::to_string(op.version);
       return false;
     }
     m.ops.push_back(op);
@@ -122,26 +177,29 @@ bool read_fields(const Json& root, Manifest& m, std::string& reason) {
       !get_int(root, "api_version", m.api_version, reason) || !get_string(root, "sha256", m.sha256, reason) ||
       !read_sdk(root, m, reason) || !read_ops(root, m, reason))
     return false;
-  if (!matches(m.name, "[A-Za-z0-9_.-]+")) {
-    reason = "malformed manifest: \"name\": expected [A-Za-z0-9_.-]+, got \"" + m.name + "\"";
+  if (!is_plugin_name(m.name)) {
+    reason = "malformed manifest: \"name\": expected [A-Za-z0-9_.-]{1," + std::to_string(kMaxName) + "}, got " + shown(m.name);
     return false;
   }
-  if (m.library.find('/') != std::string::npos || m.library.empty()) {
-    reason = "malformed manifest: \"library\": expected a file name without '/', got \"" + m.library + "\"";
+  if (m.library.find('/') != std::string::npos || m.library.find('\0') != std::string::npos || m.library.empty() ||
+      m.library.size() > kMaxLibrary) {
+    reason = "malformed manifest: \"library\": expected a file name without '/' (at most " + std::to_string(kMaxLibrary) +
+             " bytes), got " + shown(m.library);
     return false;
   }
-  if (!matches(m.version, "[0-9]+\\.[0-9]+\\.[0-9]+([-+][0-9A-Za-z.-]+)?")) {
-    reason = "malformed manifest: \"version\": expected MAJOR.MINOR.PATCH, got \"" + m.version + "\"";
+  if (!is_semver(m.version)) {
+    reason = "malformed manifest: \"version\": expected MAJOR.MINOR.PATCH (at most " + std::to_string(kMaxVersion) +
+             " characters), got " + shown(m.version);
     return false;
   }
   bool known_kind = false;
   for (const char* k : kKinds) known_kind |= (m.kind == k);
   if (!known_kind) {
-    reason = "malformed manifest: \"kind\": expected opforge, onnxruntime or tensorrt, got \"" + m.kind + "\"";
+    reason = "malformed manifest: \"kind\": expected opforge, onnxruntime or tensorrt, got " + shown(m.kind);
     return false;
   }
-  if (!matches(m.sha256, "[0-9a-f]{64}")) {
-    reason = "malformed manifest: \"sha256\": expected 64 lowercase hex digits, got \"" + m.sha256 + "\"";
+  if (!is_sha256_hex(m.sha256)) {
+    reason = "malformed manifest: \"sha256\": expected 64 lowercase hex digits, got " + shown(m.sha256);
     return false;
   }
   return true;
@@ -170,26 +228,38 @@ int compare_versions(const std::string& a, const std::string& b) {
   }
 }
 
-bool read_manifest(const std::string& manifest_path, Manifest& out, std::string& reason) {
-  std::ifstream in(manifest_path, std::ios::binary);
-  if (!in) { reason = "missing manifest " + manifest_path + " (expected next to the library)"; return false; }
-  std::stringstream text;
-  text << in.rdbuf();
+bool parse_manifest(const std::string& text, const std::string& manifest_path, Manifest& out, std::string& reason) {
   Json root;
   std::string error;
-  if (!parse_json(text.str(), root, error)) { reason = "malformed manifest: " + error; return false; }
-  out = Manifest{};
-  out.manifest_path = absolute_path(manifest_path);
-  if (!read_fields(root, out, reason)) return false;
-  std::string expected_name = out.library + ".manifest.json";
-  std::string actual_name = out.manifest_path.substr(out.manifest_path.rfind('/') + 1);
-  if (actual_name != expected_name) {
-    reason = "malformed manifest: \"library\": expected \"" + actual_name.substr(0, actual_name.size() - 14) +
-             "\" (the manifest's own file name without .manifest.json), got \"" + out.library + "\"";
+  if (!parse_json(text, root, error)) {
+    reason = "malformed manifest: " + error;
     return false;
   }
-  out.library_path = dirname_of(out.manifest_path) + "/" + out.library;
+  out = Manifest{};
+  out.manifest_path = manifest_path;
+  if (!read_fields(root, out, reason)) return false;
+  const std::string suffix = ".manifest.json";
+  const std::string actual_name = manifest_path.substr(manifest_path.rfind('/') + 1);
+  if (actual_name != out.library + suffix) {
+    const bool has_suffix = actual_name.size() > suffix.size() &&
+                            actual_name.compare(actual_name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    reason = "malformed manifest: \"library\": expected " +
+             shown(has_suffix ? actual_name.substr(0, actual_name.size() - suffix.size()) : actual_name) +
+             " (the manifest's own file name without .manifest.json), got " + shown(out.library);
+    return false;
+  }
+  out.library_path = dirname_of(manifest_path) + "/" + out.library;
   return true;
+}
+
+bool read_manifest(const std::string& manifest_path, Manifest& out, std::string& reason) {
+  std::string text;
+  int open_errno = 0;
+  if (!read_regular_file(manifest_path, "manifest", kMaxManifestBytes, text, reason, &open_errno)) {
+    if (open_errno == ENOENT) reason = "missing manifest " + manifest_path + " (expected next to the library)";
+    return false;
+  }
+  return parse_manifest(text, absolute_path(manifest_path), out, reason);
 }
 
 bool check_not_world_writable(const std::string& path, std::string& reason) {
@@ -216,22 +286,8 @@ bool stat_file(const std::string& path, FileId& id, std::string& reason) {
 }
 
 bool check_sha256(const Manifest& m, const std::string& path, FileId& hashed, std::string& reason) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) { reason = "cannot open library " + path + ": " + std::strerror(errno); return false; }
-  struct stat st {};
-  ::fstat(fd, &st);
-  hashed.dev = st.st_dev; hashed.ino = st.st_ino; hashed.size = static_cast<uint64_t>(st.st_size);
-  hashed.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  std::string error;
-  std::string digest = sha256_fd(fd, error);
-  ::close(fd);
-  if (digest.empty()) { reason = error; return false; }
-  if (digest != m.sha256) {
-    reason = "sha256 mismatch: manifest says " + m.sha256 + ", file has " + digest +
-             " (library rebuilt or tampered with; regenerate the manifest)";
-    return false;
-  }
-  return true;
+  std::string digest;
+  return hash_library_file(path, hashed, digest, reason) && check_digest(m, digest, reason);
 }
 
 bool check_sdk_range(const Manifest& m, const std::string& runtime_version, std::string& reason) {

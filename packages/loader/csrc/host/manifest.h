@@ -41,6 +41,9 @@ std::string absolute_path(const std::string& path);
 
 // Each returns false with a one-line reason (the caller prefixes the file name).
 bool read_manifest(const std::string& manifest_path, Manifest& out, std::string& reason);
+// The checks of read_manifest on bytes already read (manifest_path: absolute; only its name and
+// directory are used). Pure: no file system access. Never throws except std::bad_alloc.
+bool parse_manifest(const std::string& text, const std::string& manifest_path, Manifest& out, std::string& reason);
 bool check_not_world_writable(const std::string& path, std::string& reason);
 bool stat_file(const std::string& path, FileId& id, std::string& reason);
 // Hashes the library through one open descriptor and returns the identity it hashed.

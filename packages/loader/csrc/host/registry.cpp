@@ -11,6 +11,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "image.h"
+#include "text.h"
+
 #ifndef OPFORGE_LOADER_VERSION
 #define OPFORGE_LOADER_VERSION "0.0.0"
 #endif
@@ -46,11 +49,7 @@ std::string op_label(const OpforgeOpDef* def) {
   return std::string(def->domain ? def->domain : "") + "::" + def->name + "@" + std::to_string(def->version_major);
 }
 
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) { if (c == '"' || c == '\\') out.push_back('\\'); out.push_back(c); }
-  return out + "\"";
-}
+std::string quoted(const std::string& s) { return "\"" + printable(s, 4096) + "\""; }
 
 }  // namespace
 
@@ -66,9 +65,24 @@ void OpEntry::release() {
 }
 
 Library::~Library() {
-  if (initialized && plugin && plugin->unload) plugin->unload();
-  if (handle) ::dlclose(handle);
-  log->log(OPFORGE_LOG_INFO, "opforge-loader dlclose plugin=" + name + " version=" + version + " file=" + path);
+  if (handle) {
+    if (initialized && plugin && plugin->unload) {
+      try {
+        plugin->unload();
+      } catch (...) {  // a C++ plugin breaking the C ABI must not terminate the host
+      }
+    }
+    ::dlclose(handle);
+    log->log(OPFORGE_LOG_INFO, "opforge-loader dlclose plugin=" + name + " version=" + version + " file=" + path);
+  }
+  if (image_fd < 0) return;
+  if (handle && !mapping_released(dlopen_path)) {
+    // Still mapped (nodelete): its memfd must keep its name and inode, or a later load could alias it.
+    log->log(OPFORGE_LOG_WARNING, "opforge-loader resident plugin=" + name + " version=" + version + " file=" + path +
+                                      " reason=\"the library stays mapped after dlclose (nodelete); its in-memory copy stays open\"");
+    return;
+  }
+  ::close(image_fd);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -76,24 +90,14 @@ Library::~Library() {
 
 namespace {
 
-// glibc returns the already-mapped object for a path it has open, so a file replaced in
-// place is opened through a private copy (hashed after copying: what we hash is what we map).
-bool snapshot_copy(const std::string& src, std::string& out, std::string& reason) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : P_tmpdir) + "/opforge-loader-XXXXXX";
-  std::vector<char> buf(templ.begin(), templ.end());
-  buf.push_back('\0');
-  if (!::mkdtemp(buf.data())) { reason = "cannot create snapshot directory: " + std::string(std::strerror(errno)); return false; }
-  out = std::string(buf.data()) + "/" + fs::path(src).filename().string();
-  std::error_code ec;
-  fs::copy_file(src, out, ec);
-  if (ec) { reason = "cannot snapshot " + src + ": " + ec.message(); return false; }
-  return true;
-}
-
-void remove_snapshot(const std::string& snapshot) {
-  ::unlink(snapshot.c_str());
-  ::rmdir(fs::path(snapshot).parent_path().c_str());
+// dlopen maps /proc/self/fd/N: $ORIGIN in the plugin's RUNPATH names /proc/self/fd, not its directory.
+std::string dlopen_failure(const char* error, const LibraryImage& image, const std::string& path) {
+  std::string text = with_real_path(error ? error : "?", image.dlopen_path, path);
+  std::string hint = " (check `ldd` / `opforge-loader doctor`";
+  if (text.find("cannot open shared object file") != std::string::npos)
+    hint += "; plugins are mapped from a verified in-memory copy, so a dependency found through $ORIGIN must be "
+            "on the default search path, in an absolute RUNPATH or loaded first";
+  return "dlopen failed: " + text + hint + ")";
 }
 
 bool validate_plugin_struct(const OpforgePlugin* p, const Manifest& m, std::string& reason) {
@@ -170,13 +174,6 @@ std::string Registry::find_duplicate(const Manifest& m, const std::string& repla
   return "";
 }
 
-bool Registry::path_loaded(const std::string& path) {
-  std::shared_lock<WriterPreferringMutex> r(mu_);
-  for (auto& kv : plugins_)
-    if (kv.second.lib->path == path) return true;
-  return false;
-}
-
 int32_t Registry::load(const std::string& path, std::string& err) {
   std::lock_guard<std::mutex> w(writer_);
   return load_locked(path, Mode::Load, "", err);
@@ -190,7 +187,7 @@ int32_t Registry::reload(const std::string& path, std::string& err) {
 int32_t Registry::load_locked(const std::string& raw_path, Mode mode, const std::string& source_dir, std::string& err) {
   const std::string path = absolute_path(raw_path);
   std::string reason;
-  FileId lib_id, manifest_id, hashed;
+  FileId lib_id, manifest_id;
   Manifest m;
   // Everything up to dlopen looks only at files: a refused library never runs any code.
   if (!stat_file(path, lib_id, reason)) return refuse(path, reason, OPFORGE_ERR_NOT_FOUND, err);
@@ -217,33 +214,21 @@ int32_t Registry::load_locked(const std::string& raw_path, Mode mode, const std:
   std::string dup = find_duplicate(m, mode == Mode::Reload ? m.name : "");
   if (!dup.empty()) return refuse(path, dup, OPFORGE_ERR_REFUSED, err);
 
-  std::string open_path = path, snapshot;
-  if (path_loaded(path)) {
-    if (!snapshot_copy(path, snapshot, reason)) return refuse(path, reason, OPFORGE_ERR_INTERNAL, err);
-    open_path = snapshot;
-  }
-  if (!check_sha256(m, open_path, hashed, reason)) {
-    if (!snapshot.empty()) remove_snapshot(snapshot);
-    return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
-  }
-  if (snapshot.empty() && hashed != lib_id) return refuse(path, "file changed while it was being checked", OPFORGE_ERR_REFUSED, err);
-
-  void* handle = ::dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  FileId after;
-  bool unchanged = stat_file(open_path, after, reason) && after == hashed;
-  if (!snapshot.empty()) remove_snapshot(snapshot);
-  if (!handle) {
-    const char* e = ::dlerror();
-    return refuse(path, std::string("dlopen failed: ") + (e ? e : "?") + " (check `ldd` / `opforge-loader doctor`)",
-                  OPFORGE_ERR_REFUSED, err);
-  }
+  // Read once, hash, map those very bytes (see image.h).
+  LibraryImage image;
+  if (!make_library_image(path, image, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
   auto lib = std::make_shared<Library>();
-  lib->handle = handle;  // from here on, ~Library closes it
+  lib->image_fd = image.fd;  // from here on, ~Library closes it (and the handle)
+  lib->dlopen_path = image.dlopen_path;
   lib->log = log_;
   lib->name = m.name; lib->version = m.version; lib->kind = m.kind; lib->path = path;
-  lib->opened_path = open_path; lib->source_dir = source_dir;
-  lib->library_id = lib_id; lib->manifest_id = manifest_id;
-  if (!unchanged) return refuse(path, "file changed between the sha256 check and dlopen", OPFORGE_ERR_REFUSED, err);
+  lib->source_dir = source_dir;
+  lib->library_id = image.source_id; lib->manifest_id = manifest_id;
+  if (!check_digest(m, image.sha256, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+
+  lib->handle = ::dlopen(image.dlopen_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib->handle) return refuse(path, dlopen_failure(::dlerror(), image, path), OPFORGE_ERR_REFUSED, err);
+  void* handle = lib->handle;
 
   ::dlerror();
   auto entry = reinterpret_cast<OpforgePluginEntryFn>(::dlsym(handle, OPFORGE_PLUGIN_ENTRY_SYMBOL));
@@ -268,10 +253,15 @@ int32_t Registry::load_locked(const std::string& raw_path, Mode mode, const std:
   if (lib->plugin->init) {
     char buf[1024] = {0};
     OpforgeHostInfo host{OPFORGE_PLUGIN_API_VERSION, OPFORGE_LOADER_VERSION};
-    int32_t status = lib->plugin->init(&host, buf, sizeof(buf) - 1);
+    int32_t status = OPFORGE_ERR_INTERNAL;
+    try {
+      status = lib->plugin->init(&host, buf, sizeof(buf) - 1);
+    } catch (...) {  // a C++ plugin breaking the C ABI: refuse it instead of terminating the host
+      std::snprintf(buf, sizeof(buf), "init threw a C++ exception (no exception may cross the plugin ABI)");
+    }
     if (status != OPFORGE_OK) {
       retire(fresh);
-      return refuse(path, "init failed (status " + std::to_string(status) + "): " + (buf[0] ? buf : "no message"),
+      return refuse(path, "init failed (status " + std::to_string(status) + "): " + (buf[0] ? printable(buf, 1000) : "no message"),
                     OPFORGE_ERR_INIT_FAILED, err);
     }
   }

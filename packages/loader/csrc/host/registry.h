@@ -54,10 +54,13 @@ class WriterPreferringMutex {
   pthread_rwlock_t lock_;
 };
 
-// One dlopen'ed file. Destroyed when the registry and every acquired op let go of it:
-// the destructor runs the plugin's unload hook, then dlclose (deferred unload).
+// One mapping of a verified library image (image.h). Destroyed when the registry and every
+// acquired op let go of it: the destructor runs the plugin's unload hook, then dlclose, then
+// closes the image (deferred unload). `path` is the real file: every log line and message uses it.
 struct Library {
-  std::string name, version, kind, path, opened_path, source_dir;
+  std::string name, version, kind, path, source_dir;
+  std::string dlopen_path;  // "/proc/self/fd/N" of image_fd: what dlopen and dladdr know it by
+  int image_fd = -1;
   FileId library_id, manifest_id;
   void* handle = nullptr;
   const OpforgePlugin* plugin = nullptr;
@@ -106,7 +109,6 @@ class Registry {
   int32_t unload_locked(const std::string& plugin, std::string& err);
   int32_t refuse(const std::string& path, const std::string& reason, int32_t status, std::string& err);
   std::string find_duplicate(const Manifest& m, const std::string& replacing);
-  bool path_loaded(const std::string& path);
   void retire(std::vector<OpEntry*>& entries);
 
   std::shared_ptr<Logger> log_;

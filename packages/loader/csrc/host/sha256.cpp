@@ -1,9 +1,5 @@
 #include "sha256.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdint>
 #include <algorithm>
 #include <cstring>
 
@@ -22,76 +18,50 @@ constexpr uint32_t kK[64] = {
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
-class Sha256 {
- public:
-  void update(const unsigned char* data, size_t n) {
-    total_ += n;
-    while (n > 0) {
-      size_t take = std::min(n, sizeof(block_) - used_);
-      std::memcpy(block_ + used_, data, take);
-      used_ += take; data += take; n -= take;
-      if (used_ == sizeof(block_)) { compress(block_); used_ = 0; }
-    }
-  }
-
-  std::string hex() {
-    uint64_t bits = total_ * 8;
-    unsigned char pad = 0x80;
-    update(&pad, 1);
-    unsigned char zero = 0;
-    while (used_ != 56) update(&zero, 1);
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(bits >> (56 - 8 * i));
-    update(len, 8);
-    static const char* digits = "0123456789abcdef";
-    std::string out;
-    for (uint32_t word : h_)
-      for (int shift = 28; shift >= 0; shift -= 4) out.push_back(digits[(word >> shift) & 0xF]);
-    return out;
-  }
-
- private:
-  uint32_t h_[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  unsigned char block_[64];
-  size_t used_ = 0;
-  uint64_t total_ = 0;
-
-  void compress(const unsigned char* p) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; ++i)
-      w[i] = (uint32_t(p[4 * i]) << 24) | (uint32_t(p[4 * i + 1]) << 16) | (uint32_t(p[4 * i + 2]) << 8) | p[4 * i + 3];
-    for (int i = 16; i < 64; ++i) {
-      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-    for (int i = 0; i < 64; ++i) {
-      uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[i] + w[i];
-      uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-      h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
-    }
-    h_[0] += a; h_[1] += b; h_[2] += c; h_[3] += d; h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
-  }
-};
-
 }  // namespace
 
-std::string sha256_fd(int fd, std::string& error) {
-  Sha256 sha;
-  unsigned char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      error = std::string("read failed: ") + std::strerror(errno);
-      return "";
-    }
-    sha.update(buf, static_cast<size_t>(n));
+void Sha256::update(const unsigned char* data, size_t n) {
+  total_ += n;
+  while (n > 0) {
+    size_t take = std::min(n, sizeof(block_) - used_);
+    std::memcpy(block_ + used_, data, take);
+    used_ += take; data += take; n -= take;
+    if (used_ == sizeof(block_)) { compress(block_); used_ = 0; }
   }
-  return sha.hex();
+}
+
+std::string Sha256::hex() {
+  uint64_t bits = total_ * 8;
+  unsigned char pad = 0x80;
+  update(&pad, 1);
+  unsigned char zero = 0;
+  while (used_ != 56) update(&zero, 1);
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(bits >> (56 - 8 * i));
+  update(len, 8);
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (uint32_t word : h_)
+    for (int shift = 28; shift >= 0; shift -= 4) out.push_back(digits[(word >> shift) & 0xF]);
+  return out;
+}
+
+void Sha256::compress(const unsigned char* p) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; ++i)
+    w[i] = (uint32_t(p[4 * i]) << 24) | (uint32_t(p[4 * i + 1]) << 16) | (uint32_t(p[4 * i + 2]) << 8) | p[4 * i + 3];
+  for (int i = 16; i < 64; ++i) {
+    uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+  for (int i = 0; i < 64; ++i) {
+    uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[i] + w[i];
+    uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+  }
+  h_[0] += a; h_[1] += b; h_[2] += c; h_[3] += d; h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
 }
 
 }  // namespace opforge::loader

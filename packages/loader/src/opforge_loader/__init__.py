@@ -3,12 +3,12 @@ from __future__ import annotations
 
 
 from ._capi import PACKAGE_DIR, library_path
-from .errors import OpforgeError
+from .errors import ManifestError, OpforgeError
 from .registry import Op, OpInfo, Registry, check_manifest
 from .runtimes import register_with_onnxruntime
 
 __version__ = "0.1.0"
-__all__ = ["Registry", "Op", "OpInfo", "OpforgeError", "check_manifest", "register_with_onnxruntime",
+__all__ = ["Registry", "Op", "OpInfo", "OpforgeError", "ManifestError", "check_manifest", "register_with_onnxruntime",
            "library_path", "include_dir", "cmake_dir", "plugin_dir", "__version__"]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import doctor as doctor_mod
 from . import manifests, template
-from .errors import OpforgeError
+from .errors import ManifestError, OpforgeError
 from .registry import Registry, check_manifest
 
 
@@ -24,22 +24,22 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def _other_kinds(directory: str) -> list[dict]:
     """Manifests the host does not load (onnxruntime / tensorrt), validated."""
     rows = []
-    for m in manifests.find_manifests(directory):
+    for path in manifests.find_manifests(directory):
         try:
-            data = manifests.read(m)
-        except (OSError, ValueError):
-            continue  # malformed (the registry reported it) or removed since the scan (watch)
-        if data.get("kind") == "opforge":
+            m = manifests.load(path)
+        except ManifestError:
+            continue  # unreadable or malformed: the registry's scan refused it with one line
+        if m.kind == "opforge":
             continue
         try:
-            check_manifest(m)
+            check_manifest(path)
             state = "manifest ok"
         except OpforgeError as e:
             state = f"REFUSED: {str(e).split(': ', 2)[-1]}"
-        for op in data.get("ops", []):
-            rows.append({"plugin": data.get("name"), "plugin_version": data.get("version"), "kind": data.get("kind"),
-                         "op": f"{op.get('domain')}::{op.get('name')}", "version": str(op.get("version")),
-                         "state": state, "refs": "-", "library": str(manifests.library_of(m))})
+        for op in m.ops:
+            rows.append({"plugin": m.name, "plugin_version": m.version, "kind": m.kind,
+                         "op": f"{op.domain}::{op.name}", "version": str(op.version),
+                         "state": state, "refs": "-", "library": str(m.library)})
     return rows
 
 
@@ -123,11 +123,10 @@ def cmd_watch(args) -> int:
     reg = Registry(log=lambda level, line: print(line, flush=True))
     print(f"opforge-loader watch {Path(args.dir).resolve()} (every {args.interval}s; Ctrl-C stops)", flush=True)
     n = 0
+    last_error = None
     try:
         while args.iterations is None or n < args.iterations:
-            if reg.sync(args.dir):
-                _print_listing(*_listing(reg, args.dir)[:1], [])
-                sys.stdout.flush()
+            last_error = _watch_step(reg, args.dir, last_error)
             n += 1
             if args.iterations is None or n < args.iterations:
                 time.sleep(args.interval)
@@ -136,6 +135,20 @@ def cmd_watch(args) -> int:
     finally:
         reg.close()
     return 0
+
+
+def _watch_step(reg: Registry, directory: str, last_error: str | None) -> str | None:
+    """One scan; a failing scan (directory gone for a moment) is said once and the running
+    plugins stay. Returns the scan's error, if any."""
+    try:
+        if reg.sync(directory):
+            _print_listing(*_listing(reg, directory)[:1], [])
+            sys.stdout.flush()
+    except OpforgeError as e:
+        if str(e) != last_error:
+            print(e, flush=True)
+        return str(e)
+    return None
 
 
 def cmd_new_plugin(args) -> int:
@@ -240,7 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except OpforgeError as e:  # a refusal is one line naming the file and the problem, not a traceback
+        print(e, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import manifests
+from .errors import OpforgeError
 
 ENTRY_POINTS = {
     "opforge": ({"opforge_plugin_entry"}, {"opforge_plugin_entry"}),
@@ -309,15 +310,15 @@ def _check_cuda(path: str, require: set[int]) -> Finding:
 
 def _check_manifest(path: str, kind: str | None) -> Finding:
     mpath = path + manifests.SUFFIX
-    if not os.path.exists(mpath):
+    if not os.path.lexists(mpath):
         status = "error" if kind == "opforge" else "warn"
         return Finding("manifest", status, f"no manifest {Path(mpath).name} next to the library",
                        "the host reads the manifest before dlopen and refuses libraries without one",
                        "generate it at build time (opforge_add_plugin does) with the library's sha256")
-    from .errors import OpforgeError
     from .registry import check_manifest
 
     try:
+        manifests.load(mpath)  # Python's reading first: never hands a FIFO or device to the host
         check_manifest(mpath)
     except OpforgeError as e:
         return Finding("manifest", "error", str(e), "manifest does not match the library or the host",
@@ -350,11 +351,11 @@ def diagnose(path: str, *, kind: str | None = None, require_archs: set[int] | No
     findings = _check_file(path)
     if any(f.status == "error" and f.check == "file" for f in findings):
         return findings
-    if kind is None and os.path.exists(path + manifests.SUFFIX):
+    if kind is None and os.path.lexists(path + manifests.SUFFIX):
         try:
-            kind = manifests.read(path + manifests.SUFFIX).get("kind")
-        except ValueError:
-            kind = None
+            kind = manifests.load(path + manifests.SUFFIX).kind
+        except OpforgeError:
+            kind = None  # the manifest check reports why
     soname, _needed, _runpath = read_dynamic(path)
     syms = read_dynsyms(path)
     exports = exported(syms)

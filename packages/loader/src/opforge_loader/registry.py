@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from . import _capi
+from . import _capi, manifests
 from .errors import OpforgeError
 
 _logger = logging.getLogger("opforge_loader")
@@ -302,6 +302,7 @@ class Registry:
 
 def check_manifest(manifest: str | os.PathLike, runtime_version: str | None = None) -> None:
     """Validate a manifest (schema, sha256, permissions, version ranges) without loading anything."""
+    manifests.load(manifest)  # bounded read of a regular file and the shape; the host checks the rest
     err = _capi.err_buffer()
     rv = runtime_version.encode() if runtime_version else None
     _raise_on(_capi.lib().opforge_manifest_check(os.fsencode(manifest), rv, err, len(err)), err)

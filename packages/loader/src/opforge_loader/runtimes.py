@@ -16,14 +16,14 @@ def ort_api_version(ort_version: str) -> int:
 
 def check_onnxruntime_manifest(manifest: str | os.PathLike, ort_version: str) -> None:
     """Raise OpforgeError unless the library is an intact kind=onnxruntime library for this ORT."""
+    m = manifests.load(manifest)
     check_manifest(manifest, ort_version)
-    m = manifests.read(manifest)
-    lib = manifests.library_of(manifest)
-    if m["kind"] != "onnxruntime":
-        raise OpforgeError(f"opforge-loader: refused {lib}: kind \"{m['kind']}\" is not an ONNX Runtime library")
+    lib = m.library
+    if m.kind != "onnxruntime":
+        raise OpforgeError(f"opforge-loader: refused {lib}: kind \"{m.kind}\" is not an ONNX Runtime library")
     have = ort_api_version(ort_version)
-    if m["api_version"] > have:
-        raise OpforgeError(f"opforge-loader: refused {lib}: needs ORT API {m['api_version']}, onnxruntime "
+    if m.api_version > have:
+        raise OpforgeError(f"opforge-loader: refused {lib}: needs ORT API {m.api_version}, onnxruntime "
                            f"{ort_version} provides {have} (built against newer headers: 'Unsupported version' "
                            "at session creation otherwise)")
 
@@ -38,12 +38,7 @@ def register_with_onnxruntime(session_options, directory: str | os.PathLike, *, 
         ort_version = onnxruntime.__version__
     chosen = []
     for manifest in manifests.find_manifests(directory):
-        try:
-            kind = manifests.read(manifest).get("kind")
-        except ValueError:
-            check_manifest(manifest)  # raises with the host's "malformed manifest" message
-            raise
-        if kind != "onnxruntime":
+        if manifests.load(manifest).kind != "onnxruntime":  # ManifestError when unusable
             continue
         check_onnxruntime_manifest(manifest, ort_version)
         chosen.append(str(manifests.library_of(manifest)))

@@ -1,5 +1,9 @@
 /* Configurable test plugin: Y = X + helper_impl(), where helper_impl() returns OFFSET.
- * Built by the tests with -D flags to produce good plugins, new versions and broken ones. */
+ * Built by the tests with -D flags to produce good plugins, new versions and broken ones.
+ * -DTRACE: appends "<event> <version> <offset> <mapping>" to the file $OPFORGE_TEST_TRACE for
+ * ctor, init, unload and dtor (mapping: the address of this copy's statics), refuses a second
+ * init on one mapping and fails compute outside init..unload, as a stateful plugin would. */
+#define _POSIX_C_SOURCE 200809L
 #include <opforge/plugin.h>
 
 #include <stdio.h>
@@ -22,6 +26,28 @@
 #endif
 #ifndef ENTRY_NAME
 #define ENTRY_NAME opforge_plugin_entry
+#endif
+
+#ifdef TRACE
+#include <fcntl.h>
+#include <unistd.h>
+
+static int g_inits;     /* init calls on this mapping */
+static int g_serving;   /* between init and unload */
+
+static void trace(const char* event) {
+  const char* path = getenv("OPFORGE_TEST_TRACE");
+  if (!path) return;
+  char line[200];
+  int n = snprintf(line, sizeof line, "%s %s %g %p\n", event, PLUGIN_VERSION, (double)OFFSET, (void*)&g_inits);
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  if (write(fd, line, (size_t)n) != n) { /* the test sees the missing line */ }
+  close(fd);
+}
+
+__attribute__((constructor)) static void on_map(void) { trace("ctor"); }
+__attribute__((destructor)) static void on_unmap(void) { trace("dtor"); }
 #endif
 
 /* Deliberately global and equally named in every build (seed 000 section 5.2). */
@@ -57,6 +83,12 @@ static int32_t shapes(void* inst, const OpforgeTensor* in, uint32_t ni, OpforgeT
 static int32_t compute(void* inst, const OpforgeTensor* in, uint32_t ni, OpforgeTensor* out, uint32_t no,
                        char* err, size_t len) {
   (void)inst; (void)ni; (void)no;
+#ifdef TRACE
+  if (!g_serving) {
+    snprintf(err, len, "test." OP_NAME ": called while the plugin is not initialized");
+    return OPFORGE_ERR_INTERNAL;
+  }
+#endif
   if (numel(&out[0]) != numel(&in[0])) {
     snprintf(err, len, "test." OP_NAME ": Y: expected %lld elements, got %lld", (long long)numel(&in[0]),
              (long long)numel(&out[0]));
@@ -70,6 +102,14 @@ static int32_t compute(void* inst, const OpforgeTensor* in, uint32_t ni, Opforge
 
 static int32_t init(const OpforgeHostInfo* host, char* err, size_t len) {
   (void)host;
+#ifdef TRACE
+  trace("init");
+  if (++g_inits > 1) {
+    snprintf(err, len, "init called twice on one mapping");
+    return OPFORGE_ERR_INTERNAL;
+  }
+  g_serving = 1;
+#endif
 #ifdef CRASH_IN_INIT
   volatile int* p = NULL;
   *p = 1;
@@ -83,7 +123,12 @@ static int32_t init(const OpforgeHostInfo* host, char* err, size_t len) {
 #endif
 }
 
-static void unload_hook(void) {}
+static void unload_hook(void) {
+#ifdef TRACE
+  trace("unload");
+  g_serving = 0;
+#endif
+}
 
 static const OpforgeOpDef kOps[] = {
     {"test", OP_NAME, 1, 0, "Y = X + offset", 1, kIn, 1, kOut, 0, NULL, create, destroy, shapes, compute},

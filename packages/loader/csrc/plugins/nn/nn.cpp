@@ -1,9 +1,9 @@
 // libops_opforge_nn.so.1: Swish and RMSNorm on the SDK, calling the shared kernels (the single
 // source of op math). Runs single-threaded: threading is the host engine's job.
+#include <opforge/kernels/attrs.h>
 #include <opforge/kernels/cpu.h>
 #include <opforge/plugin.h>
 
-#include <cmath>
 #include <cstdio>
 #include <new>
 #include <string>
@@ -16,8 +16,8 @@ const int32_t kTypes[] = {OPFORGE_DTYPE_FLOAT32, OPFORGE_DTYPE_FLOAT64, OPFORGE_
 const OpforgeIODesc kSwishIn[] = {{"X", 3, kTypes}};
 const OpforgeIODesc kRmsIn[] = {{"X", 3, kTypes}, {"W", 3, kTypes}};
 const OpforgeIODesc kOut[] = {{"Y", 3, kTypes}};
-const OpforgeAttrSchema kSwishAttrs[] = {{"beta", OPFORGE_ATTR_FLOAT, 0, 1.0, 0, nullptr, "Y = X * sigmoid(beta * X); any finite float"}};
-const OpforgeAttrSchema kRmsAttrs[] = {{"epsilon", OPFORGE_ATTR_FLOAT, 0, 1e-6, 0, nullptr, "added to mean(X^2); finite, >= 0"}};
+const OpforgeAttrSchema kSwishAttrs[] = {{"beta", OPFORGE_ATTR_FLOAT, 0, 1.0, 0, nullptr, "Y = X * sigmoid(beta * X); finite in float32"}};
+const OpforgeAttrSchema kRmsAttrs[] = {{"epsilon", OPFORGE_ATTR_FLOAT, 0, 1e-6, 0, nullptr, "added to mean(X^2); finite in float32, >= 0"}};
 
 struct Params {
   float value;  // beta or epsilon
@@ -44,17 +44,21 @@ const char* dtype_name(int32_t dt) {
   return dt == OPFORGE_DTYPE_FLOAT32 ? "float32" : dt == OPFORGE_DTYPE_FLOAT64 ? "float64" : dt == OPFORGE_DTYPE_BFLOAT16 ? "bfloat16" : "other";
 }
 
-int32_t create_swish(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
-  if (!std::isfinite(a[0].f)) return fail(err, len, "opforge.Swish: beta: expected a finite float, got " + std::to_string(a[0].f));
-  *inst = new (std::nothrow) Params{static_cast<float>(a[0].f)};
+// The host hands attributes over as doubles; the kernels compute with float32, so the shared rule
+// (attrs.h) refuses any value that is not finite once rounded to float32, with the common message.
+int32_t create_with(const k::AttrSpec& attr, const OpforgeAttrValue& value, void** inst, char* err, size_t len) {
+  const std::string error = k::attr_error(attr, value.f);
+  if (!error.empty()) return fail(err, len, error);
+  *inst = new (std::nothrow) Params{static_cast<float>(value.f)};
   return *inst ? OPFORGE_OK : OPFORGE_ERR_OUT_OF_MEMORY;
 }
 
+int32_t create_swish(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
+  return create_with(k::kSwishBeta, a[0], inst, err, len);
+}
+
 int32_t create_rms(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
-  if (!std::isfinite(a[0].f) || a[0].f < 0)
-    return fail(err, len, "opforge.RMSNorm: epsilon: expected a finite float >= 0, got " + std::to_string(a[0].f));
-  *inst = new (std::nothrow) Params{static_cast<float>(a[0].f)};
-  return *inst ? OPFORGE_OK : OPFORGE_ERR_OUT_OF_MEMORY;
+  return create_with(k::kRMSNormEpsilon, a[0], inst, err, len);
 }
 
 void destroy(void* inst) { delete static_cast<Params*>(inst); }
