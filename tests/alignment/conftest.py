@@ -2,8 +2,9 @@
 slow part)."""
 from __future__ import annotations
 
+import _package  # noqa: F401  (opforge_align: installed, else packages/align/src)
 import pytest
-from opforge_align.stage import fault_arg  # noqa: F401  (fails early if the package is broken)
+from opforge_align.harness.stage import fault_arg  # noqa: F401  (fails early if it is broken)
 
 torch = pytest.importorskip("torch", reason="the torch side of the alignment needs torch")
 pytest.importorskip("opforge_torch", reason="opforge_torch is not installed")
@@ -20,7 +21,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def export_dir(tmp_path_factory):
-    from opforge_align import export
+    from opforge_align.harness import export
 
     out = tmp_path_factory.mktemp("export")
     export.export_all(out, opset=18)
@@ -29,7 +30,7 @@ def export_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ort_library():
-    from opforge_align import ort_check
+    from opforge_align.harness import ort_check
 
     library = ort_check.library_path()
     if not library:
@@ -39,7 +40,7 @@ def ort_library():
 
 @pytest.fixture(scope="session")
 def ort_run(export_dir, ort_library, tmp_path_factory):
-    from opforge_align import ort_check
+    from opforge_align.harness import ort_check
 
     out = tmp_path_factory.mktemp("ort")
     results = ort_check.check_folder(export_dir, out, library=ort_library)

@@ -3,9 +3,10 @@
   python tests/alignment/run.py --out DIR [--layers 1,2,cross,3] [--opset 18] [--ir-version 8]
                                 [--ort-python OTHER_VENV/bin/python ...]
 
-Each step runs as its own script (as the matrix stages do): layer 1 + export, then layer 2 runs check_ort.py with this python and every
---ort-python (one ONNX Runtime release each); cross compares those runs (needs >= 2 pythons in
-all); 3 runs check_trt.py (recorded as not run where there is no GPU/TensorRT). Writes
+Each step runs as its own process (as the matrix stages do), through opforge-align from this
+source tree: layer 1 + export, then `layer2` with this python and every --ort-python (one ONNX
+Runtime release each); cross compares those runs (needs >= 2 pythons in all); 3 runs
+`run EXPORT --runtimes ort,trt` (recorded as not run where there is no GPU/TensorRT). Writes
 DIR/alignment.md (every table), DIR/{export,ort-<version>,cross}/ and the stage
 result with all numbers. Exit 1 if any check failed.
 """
@@ -18,10 +19,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from opforge_align.checks import write_stage_result
-from opforge_align.stage import exit_with, fault_arg
+import _package
+from opforge_align.harness.checks import write_stage_result
+from opforge_align.harness.stage import exit_with, fault_arg
 
 HERE = Path(__file__).resolve().parent
+# The tool's entry as a file: runs from this tree in any venv, installed or not.
+ALIGN = str(_package.SOURCES / "opforge_align" / "__main__.py")
 
 
 def main(argv=None) -> int:
@@ -45,18 +49,20 @@ def main(argv=None) -> int:
     if layers & {"2", "cross"}:
         for python in [sys.executable, *args.ort_python]:
             ort_dir = out / f"ort-{_ort_version(python)}"
-            codes.append(_run([python, str(HERE / "check_ort.py"), "--models", str(export_dir),
+            codes.append(_run([python, ALIGN, "layer2", "--models", str(export_dir),
                                "--out", str(ort_dir), "--inject-fault", args.inject_fault],
                               ort_dir / "stage.json", prefix=f"align.{ort_dir.name}"))
             ort_dirs.append(ort_dir)
             reports.append(ort_dir / "ort_results.md")
-    if "3" in layers:  # exits 3 where it cannot run: "not run", neither pass nor failure
-        code, stage_json, prefix = _run([sys.executable, str(HERE / "check_trt.py"), "--models",
-                                         str(export_dir), "--out", str(out / "trt")],
-                                        out / "trt" / "stage.json")
-        codes.append((0 if code == 3 else code, stage_json, prefix))
+    if "3" in layers:  # exits 2 where TensorRT cannot run: "not run", neither pass nor failure
+        trt = out / "trt"
+        code, stage_json, prefix = _run([sys.executable, ALIGN, "run", str(export_dir), "--runtimes",
+                                         "ort,trt", "--all-tensors", "--json", str(trt / "trt.json"),
+                                         "--report", str(trt)], trt / "stage.json",
+                                        stderr=trt / "not_run.txt")
+        codes.append((0 if code == 2 else code, stage_json, prefix))
     if "cross" in layers:
-        codes.append(_run([sys.executable, str(HERE / "compare_versions.py"), "--results",
+        codes.append(_run([sys.executable, ALIGN, "cross", "--results",
                            *map(str, ort_dirs), "--out", str(out / "cross")],
                           out / "cross" / "stage.json"))
         reports.append(out / "cross" / "cross_version.md")
@@ -68,13 +74,16 @@ def _ort_version(python: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def _run(command: list, stage_json: Path, prefix: str = "align") -> tuple:
+def _run(command: list, stage_json: Path, prefix: str = "align", stderr: Path | None = None) -> tuple:
     """Runs one step with its own stage result; its numbers get `prefix` instead of "align"
-    (one ORT run's names would overwrite another's)."""
+    (one ORT run's names would overwrite another's). `stderr`: also kept in that file."""
     stage_json.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OPFORGE_STAGE_RESULT": str(stage_json)}
-    code = subprocess.run(command, env=env).returncode
-    return code, stage_json, prefix
+    proc = subprocess.run(command, env=env, stderr=subprocess.PIPE if stderr else None, text=True)
+    if stderr:
+        sys.stderr.write(proc.stderr)
+        stderr.write_text(proc.stderr)
+    return proc.returncode, stage_json, prefix
 
 
 def _combine(out: Path, reports: list, codes: list) -> int:
@@ -86,9 +95,10 @@ def _combine(out: Path, reports: list, codes: list) -> int:
                             for k, v in data.get("numbers", {}).items()})
             artifacts += data.get("artifacts", [])
     text = "\n".join(r.read_text() for r in reports if r.exists())
-    trt = out / "trt" / "stage.json"
-    if trt.exists():
-        text += f"\n# layer 3 (ORT <-> TensorRT)\n\nnot run: {json.loads(trt.read_text())['skipped']}\n"
+    not_run = out / "trt" / "not_run.txt"
+    if (out / "trt" / "report.md").exists() or not_run.exists():
+        why = not_run.read_text().strip() if not_run.exists() else ""
+        text += f"\n# layer 3 (ORT <-> TensorRT)\n\n{why or 'see trt/trt.json'}\n"
     (out / "alignment.md").write_text(text)
     write_stage_result(numbers, [str(out / "alignment.md"), *artifacts])
     worst = max((code for code, _, _ in codes), default=0)

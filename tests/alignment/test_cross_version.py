@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from opforge_align import cross
+from _package import SOURCES
+from opforge_align.harness import cross
 
-HERE = Path(__file__).resolve().parent
+ALIGN = SOURCES / "opforge_align" / "__main__.py"  # another venv: this tree's sources
 
 
 def relabel(src: Path, dst: Path, version: str) -> Path:
@@ -50,7 +51,7 @@ def test_across_installed_releases(export_dir, tmp_path):
     for i, python in enumerate([sys.executable, *pythons]):
         runs.append(tmp_path / f"ort{i}")
         # IR 8: ORT < 1.18 refuses newer files; the graphs need nothing newer
-        subprocess.run([python, str(HERE / "check_ort.py"), "--models", str(export_dir),
+        subprocess.run([python, str(ALIGN), "layer2", "--models", str(export_dir),
                         "--ir-version", "8", "--out", str(runs[-1])], check=False)
     results = cross.compare(runs)
     assert not results.failed, "\n".join(f"{c.subject} {c.case}: {c.detail}" for c in results.failed)

@@ -3,15 +3,12 @@ worst element, by the checks and by the stage scripts (exit code, stage result).
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from opforge_align import layer1, ort_check
-from opforge_align.checks import spec
-
-HERE = Path(__file__).resolve().parent
+from _package import COMMAND
+from opforge_align.harness import layer1, ort_check
+from opforge_align.harness.checks import spec
 
 
 def test_sign_error_fails_layer1_and_names_the_worst_element():
@@ -35,7 +32,7 @@ def test_one_ulp_error_fails_the_bitwise_torch_ort_check(export_dir, ort_library
 def test_stage_script_exits_nonzero_and_records_the_failure(export_dir, ort_library, tmp_path):
     stage = tmp_path / "result.json"
     env = {**os.environ, "OPFORGE_STAGE_RESULT": str(stage)}
-    proc = subprocess.run([sys.executable, str(HERE / "check_ort.py"), "--models", str(export_dir),
+    proc = subprocess.run([*COMMAND, "layer2", "--models", str(export_dir),
                            "--out", str(tmp_path / "out"), "--no-refeval", "--inject-fault", "sign"],
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -45,14 +42,18 @@ def test_stage_script_exits_nonzero_and_records_the_failure(export_dir, ort_libr
     assert numbers["align.l2.Swish.float32.ort.custom-ts.vs_reference.pass"] == 0
 
 
-def test_layer3_never_reports_a_pass_without_tensorrt(tmp_path):
-    stage = tmp_path / "result.json"
-    env = {**os.environ, "OPFORGE_STAGE_RESULT": str(stage)}
-    proc = subprocess.run([sys.executable, str(HERE / "check_trt.py"), "--models", str(tmp_path),
-                           "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True)
-    if proc.returncode == 0:
-        pytest.fail("check_trt.py claimed success")
-    assert json.loads(stage.read_text())["skipped"]
+def test_layer3_never_reports_a_pass_without_tensorrt(export_dir, tmp_path):
+    """Layer 3 is `opforge-align run EXPORT --runtimes ort,trt`: without TensorRT, one line and
+    exit 2 - never a pass, never a traceback."""
+    from opforge_align.trt import unavailable
+
+    if unavailable() is None:
+        pytest.skip("TensorRT and a GPU are here: layer 3 runs for real")
+    proc = subprocess.run([*COMMAND, "run", str(export_dir), "--runtimes", "ort,trt", "--json",
+                           str(tmp_path / "trt.json")], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "TensorRT unavailable" in proc.stderr, proc.stderr
+    assert not (tmp_path / "trt.json").exists()
 
 
 @pytest.mark.parametrize("mutation", ["none", "ulp", "sign"])
@@ -61,10 +62,10 @@ def test_a_mutated_copy_of_the_kernel_is_caught(mutation, tmp_path):
     error, against opforge_torch (which must run exactly this kernel: bitwise) and the reference."""
     import shutil as sh
 
+    import kernel_shim
     import torch
-    from opforge_align import kernel_shim
-    from opforge_align.checks import against_reference, same_bits
-    from opforge_align.layer1 import opforge_call
+    from opforge_align.harness.checks import against_reference, same_bits
+    from opforge_align.harness.layer1 import opforge_call
 
     if not sh.which("g++"):
         pytest.skip("no g++ to compile the kernel shim")

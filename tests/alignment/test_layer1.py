@@ -1,7 +1,7 @@
 """Layer 1: opforge_torch against torch's composed ops and the float64 reference."""
 import pytest
-from opforge_align import layer1
-from opforge_align.checks import spec
+from opforge_align.harness import layer1
+from opforge_align.harness.checks import spec
 
 
 def describe(results) -> str:

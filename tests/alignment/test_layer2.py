@@ -4,7 +4,7 @@ import json
 
 import onnx
 import pytest
-from opforge_align import export
+from opforge_align.harness import export
 
 
 def describe(checks) -> str:

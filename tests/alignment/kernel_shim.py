@@ -9,8 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-
-from .checks import spec
+from opforge_align.harness.checks import spec
 
 SHIM = r"""
 #include "opforge/kernels/cpu.h"

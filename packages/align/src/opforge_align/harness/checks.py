@@ -10,14 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[3]
-
-try:
-    import opforge_spec as spec
-except ImportError:  # an ORT venv without `pip install ./kernels`: the spec is pure Python
-    sys.path.append(str(REPO / "kernels"))
-    import opforge_spec as spec
-
+import opforge_spec as spec
 from opforge_spec.numerics import describe_worst
 
 # How far two implementations of *different* algorithms may lie apart: each is within the spec

@@ -1,0 +1,212 @@
+"""One comparison run: a model in each runtime (or against stored outputs), every compared tensor
+measured against the baseline, in topological order, and the first one out of tolerance."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import inputs as feeding
+from . import model as models
+from . import runtimes, tolerances
+from .compare import Metrics, float_dtype, measure
+from .errors import AlignError
+
+GOLDEN = "stored"  # the baseline's name when --load-outputs gives it
+
+
+@dataclass
+class Options:
+    runtimes: list = field(default_factory=lambda: ["ort", "reference"])
+    inputs: Path | None = None
+    all_tensors: bool = False
+    save_outputs: Path | None = None
+    load_outputs: Path | None = None
+    overrides: list = field(default_factory=list)     # tolerances.Override
+    libraries: list = field(default_factory=list)     # extra ORT custom-op libraries
+    dims: dict = field(default_factory=dict)
+    seed: int = 0
+    precision: str = "float64"                         # of the reference run: float64 | model
+    skip_unavailable: bool = False
+    stored_inputs: dict | None = None                 # feeds by name (export folders)
+    exported_program: Path | None = None              # the torch runtime's .pt2
+
+
+@dataclass
+class TensorResult:
+    tensor: str
+    node: str
+    op: str
+    order: int
+    subject: str
+    baseline: str
+    dtype: str = ""
+    shape: list = field(default_factory=list)
+    tolerance: tolerances.Tolerance | None = None
+    metrics: Metrics | None = None
+    missing: str = ""   # why it was not compared
+
+    @property
+    def ok(self) -> bool | None:
+        """True/False when compared; None when the baseline lacks it (not judged)."""
+        if self.metrics is not None:
+            return self.metrics.ok
+        return None if self.missing.startswith("baseline") else False
+
+
+@dataclass
+class Report:
+    model: str
+    runtimes: list
+    baseline: str
+    subjects: list
+    all_tensors: bool
+    inputs: dict
+    results: list = field(default_factory=list)   # TensorResult, topological then subject
+    skipped_runtimes: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)     # one line each: what was not done and why
+    timings_s: dict = field(default_factory=dict)
+    saved: str = ""
+    arrays: dict = field(default_factory=dict)    # source -> {tensor: array} (plots)
+
+    @property
+    def first_divergence(self) -> TensorResult | None:
+        return next((r for r in self.results if r.ok is False), None)
+
+    @property
+    def ok(self) -> bool:
+        return self.first_divergence is None
+
+
+def run(path, options: Options) -> Report:
+    started = time.perf_counter()
+    _check_program_option(options)
+    model = models.load(path)
+    golden = feeding.load_npz(options.load_outputs) if options.load_outputs else None
+    usable, skipped = _usable_runtimes(options)
+    names, notes = _compared(model, options.all_tensors, golden, usable)
+    feeds = feeding.feeds(model, npz=options.inputs, stored=options.stored_inputs or golden,
+                          dims=options.dims, seed=options.seed)
+    baseline, subjects = _roles(usable, golden, options.save_outputs)
+    every = len(names) == len(model.tensors)
+    report = Report(str(path), list(options.runtimes), baseline, subjects, every,
+                    {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()},
+                    skipped_runtimes=skipped, notes=notes)
+    report.timings_s["load"] = time.perf_counter() - started
+    proto = model.with_outputs(names)
+    outputs = _run_all(model, proto, feeds, names, usable, options, report.timings_s)
+    if golden is not None:
+        outputs[GOLDEN] = golden
+    if options.save_outputs:
+        report.saved = _save(options.save_outputs, feeds, outputs[usable[0]])
+    began = time.perf_counter()
+    for subject in subjects:
+        report.results += _compare(model, names, outputs[subject], outputs[baseline], subject,
+                                   baseline, options.overrides)
+    report.results.sort(key=lambda r: (r.order, subjects.index(r.subject)))
+    report.timings_s["compare"] = time.perf_counter() - began
+    report.timings_s["total"] = time.perf_counter() - started
+    report.arrays = outputs
+    return report
+
+
+def _compared(model, all_tensors: bool, golden: dict | None, usable: list) -> tuple:
+    """(the tensors to compare, topological; notes): against stored outputs, every one they hold
+    too - except with the torch runtime, whose intermediate tensors have no ONNX names."""
+    wanted = set(model.compared_tensors(all_tensors))
+    if golden is not None:
+        wanted |= set(golden)
+    names = [t.name for t in model.tensors if t.name in wanted]
+    if "torch" not in usable:
+        return names, []
+    outputs = set(model.outputs)
+    if set(names) <= outputs:
+        return names, []
+    note = ("torch: an exported program's intermediate tensors have no ONNX names: compared the "
+            "graph outputs only" + (" (--all-tensors not applied)" if all_tensors else ""))
+    return [n for n in names if n in outputs], [note]
+
+
+def _check_program_option(options: Options) -> None:
+    """An exported program is run by the torch runtime only: naming one without it is a slip."""
+    if options.exported_program is not None and "torch" not in options.runtimes:
+        raise AlignError(f"--exported-program {options.exported_program}: only the torch "
+                         f"runtime runs it, but --runtimes is {','.join(options.runtimes)} "
+                         "(add torch)")
+
+
+def _usable_runtimes(options: Options) -> tuple:
+    usable, skipped = [], {}
+    for name in options.runtimes:
+        reason = runtimes.unavailable(name, program=options.exported_program)
+        if reason and not options.skip_unavailable:
+            raise AlignError(reason)
+        if reason:
+            skipped[name] = reason
+        else:
+            usable.append(name)
+    if not usable:
+        raise AlignError("no runtime left to run: " + "; ".join(skipped.values()))
+    return usable, skipped
+
+
+def _roles(usable: list, golden, saving) -> tuple:
+    """(baseline, subjects): the stored outputs, else the float64 reference, else the first."""
+    if golden is not None:
+        return GOLDEN, list(usable)
+    if len(usable) < 2:
+        if saving:
+            return usable[0], []
+        raise AlignError(f"nothing to compare: only {usable[0]} can run; name two runtimes (e.g. "
+                         "--runtimes ort,reference) or give --load-outputs GOLDEN.npz")
+    baseline = "reference" if "reference" in usable else usable[0]
+    return baseline, [r for r in usable if r != baseline]
+
+
+def _run_all(model, proto, feeds, names, usable, options, timings) -> dict:
+    libraries = runtimes.ort_libraries(model, options.libraries) \
+        if any(r.startswith("ort") for r in usable) else []
+    outputs = {}
+    for name in usable:
+        began = time.perf_counter()
+        outputs[name] = runtimes.run(name, model, proto, feeds, names, libraries=libraries,
+                                     precision=options.precision,
+                                     program=options.exported_program)
+        timings[name] = time.perf_counter() - began
+    return outputs
+
+
+def _save(path: Path, feeds: dict, tensors: dict) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:  # np.savez(path) would append ".npz" to other suffixes
+        np.savez(handle, **{**feeds, **tensors})
+    return str(path)
+
+
+def _compare(model, names, actual: dict, expected: dict, subject, baseline, overrides) -> list:
+    dtypes = {n: _dtype_of(model, n, actual.get(n)) for n in (t.name for t in model.tensors)}
+    budgets = tolerances.budgets(model, dtypes, overrides)
+    results = []
+    for name in names:
+        info = model.info(name)
+        result = TensorResult(name, info.node, info.op, info.order, subject, baseline,
+                              tolerance=budgets[name])
+        if name not in expected:
+            result.missing = f"baseline: {baseline} has no {name!r}"
+        elif name not in actual:
+            result.missing = f"{subject} did not produce it"
+        else:
+            a = np.asarray(actual[name])
+            result.dtype, result.shape = str(a.dtype), list(a.shape)
+            result.metrics = measure(a, expected[name], result.tolerance.rtol, result.tolerance.atol)
+        results.append(result)
+    return results
+
+
+def _dtype_of(model, name: str, array) -> str | None:
+    if array is not None:
+        return float_dtype(array)
+    elem = model.elem_types.get(name)
+    return float_dtype(np.zeros(0, models.np_dtype(elem))) if elem else "float32"

@@ -1,0 +1,83 @@
+"""The `reference` runtime: onnx's ReferenceEvaluator (numpy) on a float64 copy of the model, with
+the opforge ops computed by the op spec's float64 references (opforge_spec): the value every other
+runtime, whatever its precision, is judged against."""
+from __future__ import annotations
+
+import numpy as np
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+import opforge_spec as spec
+
+from .errors import AlignError
+from .model import NARROW_FLOATS, as_float64, np_dtype
+
+
+class _SpecOp(OpRun):
+    op_domain = spec.DOMAIN
+    spec_op = None
+
+    def _compute(self, arrays: tuple, attrs: dict) -> tuple:
+        op = self.spec_op
+        values = {}
+        for name, attr in op.attributes.items():
+            value = attr.default if attrs.get(name) is None else float(attrs[name])
+            message = attr.error(op.name, value)
+            if message:  # refused as every layer refuses it (the spec's rule and text)
+                raise ValueError(message)
+            values[name] = value
+        return (op.reference(*arrays, **values).astype(arrays[0].dtype),)
+
+
+class Swish(_SpecOp):
+    spec_op = spec.SWISH
+
+    # onnx >= 1.19 also has an ai.onnx Swish (attribute alpha) and offers its attributes too.
+    def _run(self, x, beta=None, alpha=None):
+        return self._compute((x,), {"beta": beta})
+
+
+class RMSNorm(_SpecOp):
+    spec_op = spec.RMS_NORM
+
+    def _run(self, x, w, epsilon=None):
+        return self._compute((x, w), {"epsilon": epsilon})
+
+
+OP_CLASSES = (Swish, RMSNorm)
+
+
+def run(model, proto, feeds: dict, names: list, *, precision: str = "float64") -> dict:
+    """`names` -> arrays computed by the reference evaluator. precision "float64": every float
+    widened to float64 (inputs, initializers, constants, casts); "model": the model's dtypes."""
+    _check_ops(model)
+    if precision == "float64":
+        proto = as_float64(proto)
+        feeds = {k: _widen(v) for k, v in feeds.items()}
+    try:
+        evaluator = ReferenceEvaluator(proto, new_ops=list(OP_CLASSES))
+        results = evaluator.run(None, feeds, intermediate=True)
+    except Exception as err:  # noqa: BLE001  the evaluator's refusal is the user's to read
+        raise AlignError(f"{model.path}: reference: {type(err).__name__}: "
+                         f"{_first_line(err)}") from None
+    return {n: np.asarray(results[n]) for n in names if n in results}
+
+
+def _check_ops(model) -> None:
+    implemented = {c.__name__ for c in OP_CLASSES}
+    for t in model.tensors:
+        domain, _, name = t.op.rpartition("::")
+        if domain == spec.DOMAIN and name not in implemented:
+            raise AlignError(f"{model.path}: reference: node {t.node}: opforge.{name} has no "
+                             f"float64 reference here (known: {', '.join(sorted(implemented))})")
+
+
+def _widen(array):
+    array = np.asarray(array)
+    narrow = {np.dtype(np_dtype(t)) for t in NARROW_FLOATS}
+    return array.astype(np.float64) if array.dtype in narrow else array
+
+
+def _first_line(err: Exception) -> str:
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else "no detail"
