@@ -4,9 +4,11 @@
     nox -s matrix -- --list           # the cells and what runs, is reused or skipped, and why
     nox -s matrix -- --profile full --only torch=2.14.1 ort=1.17.3
     nox -s tests                      # the test suite (CI runs this)
+    nox -s fuzz -- --seconds 60       # every fuzz target (fuzz/README.md), 300 s each by default
 """
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -38,6 +40,21 @@ def _matrix() -> mx.Matrix:
 
 def _pins(matrix: mx.Matrix, *names: str) -> list[str]:
     return venvs.tools_requirements(matrix, names)
+
+
+def _package_pin(package: str, name: str) -> str:
+    """`name==version` as packages/<package>/pyproject.toml pins it (its one source)."""
+    text = (REPO / "packages" / package / "pyproject.toml").read_text()
+    match = re.search(rf'"({re.escape(name)}==[^";]+)"', text)
+    if match is None:
+        raise SystemExit(f"packages/{package}/pyproject.toml: no pin {name}==<version>")
+    return match.group(1)
+
+
+def _fuzz_pins(matrix: mx.Matrix) -> list[str]:
+    """What fuzz/targets need beyond the compiler: atheris; the JSON headers the manifest
+    reader builds with (the loader's pin)."""
+    return [*_pins(matrix, "pyyaml", "packaging", "atheris"), _package_pin("loader", "nlohmann-json")]
 
 
 def _cpu_env(matrix: mx.Matrix) -> dict[str, str]:
@@ -140,7 +157,7 @@ def matrix(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The test suite: tooling, op spec, the packages (CPU; TensorRT plugin compiled), oldest ORT."""
     m = _matrix()
-    session.install(*venvs.torch_requirements(m, m.suite["torch"]), *_pins(m, "pyyaml"))
+    session.install(*venvs.torch_requirements(m, m.suite["torch"]), *_fuzz_pins(m))
     session.install("--no-deps", str(REPO / "kernels"))
     env = _cpu_env(m)
     trt_env = _trt_env(session, m)
@@ -154,15 +171,17 @@ def tests(session: nox.Session) -> None:
               *([REPO / "packages" / "trt_plugin" / "tests"] if trt_env and _exists("trt_plugin")
                 else []),
               REPO / "tests" / "alignment",
-              REPO / "bench" / "tests"]
-    # The plugin's tests compile a host against its toolkit; every suite that lists embedded
-    # SASS (kernels, torch_ext's nvcc check, trt_plugin) uses the toolkit's cuobjdump.
+              REPO / "bench" / "tests",
+              REPO / "fuzz" / "tests"]
+    # The plugin's tests compile a host against its toolkit, and so does the fuzz target of its
+    # field readers; every suite that lists embedded SASS (kernels, torch_ext's nvcc check,
+    # trt_plugin) uses the toolkit's cuobjdump.
     cuobjdump = {"OPFORGE_CUOBJDUMP": trt_env["OPFORGE_CUOBJDUMP"]} if trt_env else {}
     for path in suites:
         junit = results / f"junit-{path.relative_to(REPO).as_posix().replace('/', '-')}.xml"
         junit.unlink(missing_ok=True)
-        _pytest(session, "python", path, junit,
-                **(trt_env if "trt_plugin" in path.parts else cuobjdump))
+        toolkit = {"trt_plugin", "fuzz"} & set(path.relative_to(REPO).parts)
+        _pytest(session, "python", path, junit, **((trt_env or {}) if toolkit else cuobjdump))
         junits.append(junit)
     # The ORT plugin against the oldest ONNX Runtime of the host profile, in a venv without torch.
     oldest = m.oldest("ort", m.suite["oldest_ort_of"])
@@ -224,6 +243,18 @@ def bench(session: nox.Session) -> None:
                 str(REPO / "kernels"), *wheels, external=True)
     session.run(python, str(script), "--out", str(BUILD / "bench"), *session.posargs,
                 external=True)
+
+
+@nox.session(default=False)
+def fuzz(session: nox.Session) -> None:
+    """Fuzz each target of fuzz/targets/ under ASan/UBSan (atheris for Python), 300 s by default:
+    `nox -s fuzz -- --seconds 60 manifest`; report in build/fuzz/report.json."""
+    m = _matrix()
+    # The Python environment of `tests`, where the targets also run: the Python targets import
+    # ci.matrix and opforge_loader (packaging, numpy).
+    session.install(*venvs.torch_requirements(m, m.suite["torch"]), *_fuzz_pins(m))
+    trt_env = _trt_env(session, m)  # the TensorRT fields target compiles against a toolkit
+    session.run("python", "-m", "fuzz", *session.posargs, env=trt_env or {})
 
 
 @nox.session(venv_backend="none", default=False)

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         host = probe(mx.load())
     except mx.MatrixError as exc:
         print(exc, file=sys.stderr)
-        return 1
+        return 2  # a bad matrix.yaml is a usage error, as in ci.matrix and the runner
     print(json.dumps(host.to_json(), indent=2) if args.json else render(host))
     return 0
 

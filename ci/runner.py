@@ -124,6 +124,16 @@ def blocked_by(stage: mx.Stage, missing: Mapping[str, bool], why: Mapping[str, s
 # ------------------------------------------------------------------------------------- execution
 
 
+def script_inputs(script: Path) -> list[Path]:
+    """What a script stage reads besides the kernels: its own folder (scripts import their
+    siblings), the package it lives in, and opforge_align, which the alignment scripts drive."""
+    inputs = [script.parent, REPO / "packages" / "align"]
+    parts = script.relative_to(REPO).parts
+    if parts[0] == "packages" and len(parts) > 1:
+        inputs.append(REPO / "packages" / parts[1])
+    return inputs
+
+
 class Runner:
     def __init__(self, matrix: mx.Matrix, host: hostprobe.Host, profile: str, *,
                  out: Path = OUT, say: Callable[[str], None] = print, fresh: bool = False,
@@ -238,7 +248,7 @@ class Runner:
         elif stage.kind == "pytest":
             parts["tree"] = tree_hash([REPO / "packages" / stage.package / "tests", REPO / "kernels"])
         elif stage.kind == "script":
-            parts["tree"] = tree_hash([REPO / stage.run[0], REPO / "kernels"])
+            parts["tree"] = tree_hash([*script_inputs(REPO / stage.run[0]), REPO / "kernels"])
         else:
             parts["tree"] = tree_hash([REPO / "ci" / "wheels.py"])
         if stage.venv:

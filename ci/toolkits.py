@@ -129,7 +129,7 @@ def parse_spec(toolkit_id: str, data: object) -> ToolkitSpec:
         return data
     if not isinstance(data, Mapping):
         raise _fail(toolkit_id, "", "a mapping with cuda and source", data)
-    unknown = sorted(set(data) - KEYS)
+    unknown = sorted(str(key) for key in set(data) - KEYS)
     if unknown:
         raise _fail(toolkit_id, str(unknown[0]), f"one of the keys {sorted(KEYS)}", unknown[0])
     cuda = data.get("cuda")

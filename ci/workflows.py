@@ -82,7 +82,8 @@ def workflow(matrix: mx.Matrix, profile: str = CI_PROFILE) -> str:
                 "steps": [
                     {"uses": CHECKOUT},
                     {"name": "Check", "run": f"python3 -m venv \"$RUNNER_TEMP/venv\"\n"
-                     f"\"$RUNNER_TEMP/venv/bin/pip\" install {_pin(matrix, 'pyyaml')}\n"
+                     f"\"$RUNNER_TEMP/venv/bin/pip\" install {_pin(matrix, 'pyyaml')} "
+                     f"{_pin(matrix, 'packaging')}\n"
                      f"\"$RUNNER_TEMP/venv/bin/python\" -m ci.workflows --check\n"},
                 ],
             },
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         files = generated(mx.load(args.matrix))
     except (mx.MatrixError, GenerateError, toolkits.ToolkitError) as exc:
         print(exc, file=sys.stderr)
-        return 1
+        return 2  # a bad matrix.yaml is a usage error; 1 means stale files
     if args.update:
         for path, text in files.items():
             (REPO / path).parent.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ def repo(tmp_path):
         (tmp_path / "packages" / package / "tests").mkdir(parents=True)
         (tmp_path / "packages" / package / "pyproject.toml").write_text("")
         (tmp_path / "packages" / package / "tests" / "test_x.py").write_text("")
-    for script in ("tests/alignment/export.py", "tests/alignment/check_ort.py",
-                   "tests/alignment/check_trt.py", "bench/run.py"):
+    for script in ("tests/alignment/export.py", "tests/alignment/compare_versions.py",
+                   "packages/align/src/opforge_align/__main__.py", "bench/run.py"):
         (tmp_path / script).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / script).write_text("")
     return tmp_path

@@ -132,7 +132,7 @@ def test_check_command_fails_with_one_line(tmp_path):
                                                                   'ort: ["1.17.3", "1.20.1", "9.9"]'))
     done = subprocess.run([sys.executable, "-m", "ci.matrix", "--matrix", str(broken), "check"],
                           capture_output=True, text=True, cwd=REPO)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "matrix.yaml: profiles.host.ort: 9.9: unknown ort value (known: 1.17.3, 1.20.1, 1.24.4, 1.32.0)"]
 

@@ -184,3 +184,18 @@ def test_reader_refuses_unparsable_bytes_in_one_line(plugin_dir, raw, problem):
         manifests.load(path)
     assert str(info.value).startswith(f"opforge-loader: {path}: {problem}"), str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["onnxr\nuntime", "x\r\x1b[2Jy", "k\u2028" + "z" * 5000],
+                         ids=["newline", "escape-sequence", "long"])
+def test_refusal_is_one_printable_line_whatever_the_manifest_says(kind):
+    """Values echoed from a manifest cannot forge a second line or flood the terminal (the
+    manifest_py fuzz target found a raw newline in a refusal)."""
+    raw = json.dumps({"manifest_version": 1, "name": "n", "library": "l", "version": "1",
+                      "kind": kind, "api_version": 1, "sha256": "0" * 64, "sdk": {"min": "0.1"},
+                      "ops": [{"domain": "d", "name": "o", "version": 1}]}).encode()
+    with pytest.raises(opforge_loader.errors.ManifestError) as refused:
+        manifests.parse("x.manifest.json", raw)
+    message = str(refused.value)
+    assert message.isprintable() and len(message) < 600, message
+    assert '"kind"' in message

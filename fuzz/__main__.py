@@ -1,0 +1,5 @@
+import sys
+
+from fuzz.runner import main
+
+sys.exit(main())
