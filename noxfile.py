@@ -158,7 +158,7 @@ def tests(session: nox.Session) -> None:
     """The test suite: tooling, op spec, the packages (CPU; TensorRT plugin compiled), oldest ORT."""
     m = _matrix()
     session.install(*venvs.torch_requirements(m, m.suite["torch"]), *_fuzz_pins(m))
-    session.install("--no-deps", str(REPO / "kernels"))
+    session.install("--no-deps", str(REPO / "kernels"), str(REPO / "packages" / "align"))
     env = _cpu_env(m)
     trt_env = _trt_env(session, m)
     wheels = _build_wheels(session, python="python", env=env, out=BUILD / "tests" / "wheels",
@@ -170,6 +170,7 @@ def tests(session: nox.Session) -> None:
               *(REPO / "packages" / p / "tests" for p in PACKAGES),
               *([REPO / "packages" / "trt_plugin" / "tests"] if trt_env and _exists("trt_plugin")
                 else []),
+              REPO / "packages" / "align" / "tests",
               REPO / "tests" / "alignment",
               REPO / "bench" / "tests",
               REPO / "fuzz" / "tests"]
