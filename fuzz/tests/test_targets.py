@@ -10,7 +10,7 @@ import pytest
 from fuzz import runner
 
 # The readers of outside bytes (issue "Trust"): each must have a target here.
-READERS = ("manifest", "trt_fields", "matrix_yaml")
+READERS = ("manifest", "manifest_py", "trt_fields", "matrix_yaml", "elf_dynamic")
 TARGETS = runner.discover()
 SEED_LIMIT = 4096
 

@@ -7,13 +7,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import opforge_loader  # noqa: E402
-from plugin_build import nlohmann_json_include_dir  # noqa: E402
-
-# Tests that compile the host sources themselves (test_stress.py, the fuzz target) need the
-# headers of nlohmann-json (the `test` extra); gcc reads extra include directories from CPATH.
-_json_include = nlohmann_json_include_dir()
-if _json_include:
-    os.environ["CPATH"] = os.pathsep.join(filter(None, [_json_include, os.environ.get("CPATH")]))
+from plugin_build import build_sdk_plugin  # noqa: E402
 
 
 @pytest.fixture
@@ -23,6 +17,15 @@ def plugin_dir(tmp_path: Path) -> Path:
     d.mkdir()
     os.chmod(d, 0o755)
     return d
+
+
+@pytest.fixture(scope="session")
+def sdk_plugins(tmp_path_factory):
+    """{version: library} of the third-party plugin acme_offset, v1.0.0 (y = x + offset) and
+    v1.1.0 (+100), each from a fresh `new-plugin` project built against the installed SDK."""
+    root = tmp_path_factory.mktemp("acme")
+    os.chmod(root, 0o755)
+    return {v: build_sdk_plugin(root, v, extra) for v, extra in (("1.0.0", 0.0), ("1.1.0", 100.0))}
 
 
 @pytest.fixture

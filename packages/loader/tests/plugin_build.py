@@ -41,6 +41,28 @@ def build_c_plugin(out_dir: Path, file_name: str, *, name: str = "test_offset", 
     return lib
 
 
+def build_dependency(directory: Path, file_name: str, value: float, *, soname: str | None = None) -> Path:
+    """A library exporting dependency_offset() -> value; SONAME soname (default: the file name)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    source = directory.parent / f"{file_name}.c"
+    source.write_text(f"float dependency_offset(void) {{ return {value}f; }}\n")
+    lib = directory / file_name
+    soname_args = [] if soname == "" else [f"-Wl,-soname,{soname or file_name}"]
+    subprocess.run(["gcc", "-shared", "-fPIC", *soname_args, "-o", str(lib), str(source)], check=True)
+    return lib
+
+
+def build_origin_plugin(directory: Path, file_name: str, dependency: Path, *, version: str = "1.0.0",
+                        name: str = "x_origin", op: str = "Offset", search: str = "$ORIGIN",
+                        dtags: str = "--enable-new-dtags") -> Path:
+    """test_plugin.c with y = x + dependency_offset(), needing `dependency` by its SONAME, found
+    through `search` (RUNPATH by default, RPATH with dtags="--disable-new-dtags")."""
+    return build_c_plugin(directory, file_name, name=name, version=version, op=op, defines=("DEPENDENCY_OFFSET",),
+                          link_args=(f"-L{dependency.parent}", f"-l:{dependency.name}", f"-Wl,{dtags}",
+                                     f"-Wl,-rpath,{search}"),
+                          ops=[{"domain": "test", "name": op, "version": 1}])
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import opforge_loader
-from plugin_build import build_c_plugin, build_sdk_plugin
+from plugin_build import build_c_plugin
 
 X = np.arange(4, dtype=np.float32)
 
@@ -119,30 +119,6 @@ def test_dlopen_failure_names_the_real_file(registry, plugin_dir):
     message = str(info.value)
     assert "dlopen failed" in message and str(lib) in message and "/proc/self/fd" not in message, message
     assert registry.ops() == []
-
-
-def test_origin_runpath_dependency_is_refused_with_the_reason(registry, plugin_dir):
-    """Mapped from /proc/self/fd/N, a plugin's $ORIGIN names /proc/self/fd: the refusal says so
-    (README "What is hashed is what is mapped") and names the real file."""
-    import subprocess
-    dep_src = plugin_dir / "dep.c"
-    dep_src.write_text("float dep_value(void) { return 3.0f; }\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(plugin_dir / "libdep_test.so"), str(dep_src)], check=True)
-    lib = build_c_plugin(plugin_dir, "libops_test_origin.so.1", name="origin",
-                         link_args=(f"-L{plugin_dir}", "-Wl,--no-as-needed", "-ldep_test", "-Wl,-rpath,$ORIGIN"))
-    with pytest.raises(opforge_loader.OpforgeError) as info:
-        registry.load(lib)
-    message = str(info.value)
-    assert f"refused {lib}" in message and "libdep_test.so: cannot open shared object file" in message, message
-    assert "$ORIGIN" in message and "/proc/self/fd" not in message, message
-    assert registry.ops() == []
-
-
-@pytest.fixture(scope="module")
-def sdk_plugins(tmp_path_factory):
-    root = tmp_path_factory.mktemp("acme")
-    os.chmod(root, 0o755)
-    return {v: build_sdk_plugin(root, v, extra) for v, extra in (("1.0.0", 0.0), ("1.1.0", 100.0))}
 
 
 def test_third_party_plugin_reloaded_from_four_threads_while_held(sdk_plugins):

@@ -1,5 +1,6 @@
 """≥ 8 threads calling an op while another thread reloads/unloads it ≥ 200 times, with the host
-compiled from source under ThreadSanitizer and AddressSanitizer (+ LeakSanitizer)."""
+compiled from source under ThreadSanitizer and AddressSanitizer (+ LeakSanitizer); plain plugins
+and plugins whose offset comes from a dependency found through RUNPATH $ORIGIN."""
 import json
 import os
 import subprocess
@@ -8,17 +9,27 @@ from pathlib import Path
 
 import pytest
 
-from plugin_build import build_c_plugin
+from plugin_build import build_c_plugin, build_dependency, build_origin_plugin, nlohmann_json_include_dir
 
 PKG = Path(__file__).resolve().parents[1]
 HOST_SOURCES = sorted(str(p) for p in (PKG / "csrc" / "host").glob("*.cpp"))
 CYCLES, THREADS = 240, 8
+TSAN_SUPPRESSIONS = PKG / "tests" / "stress" / "tsan.supp"  # ld.so's own lock, invisible to TSan
 
 
-def compile_stress(out: Path, sanitizer: str) -> Path:
+def json_include() -> str:
+    include = nlohmann_json_include_dir()
+    if include is None:
+        pytest.fail("the host sources need nlohmann/json.hpp: pip install nlohmann-json==3.12.0 "
+                    "(the loader's `test` extra)")
+    return include
+
+
+def compile_stress(out: Path, sanitizer: str, json_include: str) -> Path:
     exe = out / f"stress_{sanitizer}"
     cmd = ["g++", "-std=c++17", "-O1", "-g", f"-fsanitize={sanitizer}", "-fno-omit-frame-pointer",
-           f"-I{PKG / 'include'}", f"-I{PKG / 'csrc' / 'host'}", '-DOPFORGE_LOADER_VERSION="0.1.0"',
+           f"-I{PKG / 'include'}", f"-I{PKG / 'csrc' / 'host'}", f"-I{json_include}",
+           '-DOPFORGE_LOADER_VERSION="0.1.0"',
            *HOST_SOURCES, str(PKG / "tests" / "stress" / "stress.cpp"), "-ldl", "-lpthread", "-o", str(exe)]
     subprocess.run(cmd, check=True)
     return exe
@@ -26,17 +37,27 @@ def compile_stress(out: Path, sanitizer: str) -> Path:
 
 @pytest.fixture(scope="module")
 def binaries(tmp_path_factory):
-    out = tmp_path_factory.mktemp("stress")
+    out, include = tmp_path_factory.mktemp("stress"), json_include()
     with ThreadPoolExecutor(2) as pool:  # two sanitizer builds in parallel: the machine has 2 cores
-        futures = {s: pool.submit(compile_stress, out, s) for s in ("thread", "address")}
+        futures = {s: pool.submit(compile_stress, out, s, include) for s in ("thread", "address")}
         return {s: f.result() for s, f in futures.items()}
 
 
+def build_versions(plugin_dir: Path, origin: bool) -> tuple[Path, Path]:
+    """stress 1.0.1 (y = x + 1) and 1.0.2 (y = x + 2): stress.cpp expects the patch number."""
+    if not origin:
+        return (build_c_plugin(plugin_dir, "libops_stress.so.1", name="stress", version="1.0.1", offset=1.0),
+                build_c_plugin(plugin_dir, "libops_stress_v2.so.1", name="stress", version="1.0.2", offset=2.0))
+    deps = [build_dependency(plugin_dir, f"libstress_helper.so.{n}", float(n)) for n in (1, 2)]
+    return (build_origin_plugin(plugin_dir, "libops_stress.so.1", deps[0], name="stress", version="1.0.1"),
+            build_origin_plugin(plugin_dir, "libops_stress_v2.so.1", deps[1], name="stress", version="1.0.2"))
+
+
+@pytest.mark.parametrize("origin", [False, True], ids=["plain", "origin_dependency"])
 @pytest.mark.parametrize("sanitizer", ["thread", "address"])
-def test_stress_reload_unload_under_sanitizer(binaries, plugin_dir, sanitizer):
-    v1 = build_c_plugin(plugin_dir, "libops_stress.so.1", name="stress", version="1.0.1", offset=1.0)
-    v2 = build_c_plugin(plugin_dir, "libops_stress_v2.so.1", name="stress", version="1.0.2", offset=2.0)
-    env = dict(os.environ, TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1",
+def test_stress_reload_unload_under_sanitizer(binaries, plugin_dir, sanitizer, origin):
+    v1, v2 = build_versions(plugin_dir, origin)
+    env = dict(os.environ, TSAN_OPTIONS=f"halt_on_error=1 second_deadlock_stack=1 suppressions={TSAN_SUPPRESSIONS}",
                ASAN_OPTIONS="detect_leaks=1:halt_on_error=1", OPFORGE_LOADER_LOG="0")
     proc = subprocess.run([str(binaries[sanitizer]), str(v1), str(v2), str(CYCLES), str(THREADS)],
                           capture_output=True, text=True, timeout=180, env=env)

@@ -26,30 +26,11 @@ def cli(*args, check=True):
     return proc
 
 
-def cmake_build(src: Path, build: Path):
-    subprocess.run(["cmake", "-S", str(src), "-B", str(build), f"-Dopforge_plugin_DIR={opforge_loader.cmake_dir()}",
-                    "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", str(build), "-j2"], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
-def third_party(tmp_path_factory):
-    """v1 and v2 of 'acme_offset', each from a fresh `new-plugin` project."""
-    root = tmp_path_factory.mktemp("acme")
-    os.chmod(root, 0o755)
-    builds = {}
-    for version, offset in (("1.0.0", "0.0"), ("1.1.0", "100.0")):
-        src = root / f"src-{version}"
-        cli("new-plugin", "acme_offset", src, "--op", "AddOffset", "--domain", "acme")
-        cmake = (src / "CMakeLists.txt").read_text().replace("VERSION 1.0.0", f"VERSION {version}")
-        (src / "CMakeLists.txt").write_text(cmake)
-        source = src / "src" / "acme_offset.c"
-        # v2 changes behaviour: the default offset moves, so the swap is observable
-        source.write_text(source.read_text().replace("y[i] = x[i] + offset;", f"y[i] = x[i] + offset + {offset}f;"))
-        build = root / f"build-{version}"
-        cmake_build(src, build)
-        builds[version] = build
-    return builds
+def third_party(sdk_plugins):
+    """The build folders of v1.0.0 and v1.1.0 (default offset moved by +100, so the swap is
+    observable) of 'acme_offset', each from a fresh `new-plugin` project (conftest.sdk_plugins)."""
+    return {version: lib.parent for version, lib in sdk_plugins.items()}
 
 
 def test_template_uses_only_installed_sdk(third_party):

@@ -2,14 +2,25 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <link.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
+#include "elf_dynamic.h"
 #include "files.h"
 #include "sha256.h"
+#include "text.h"
 
 #ifndef MFD_CLOEXEC
 #define MFD_CLOEXEC 0x0001U
@@ -130,6 +141,246 @@ bool mapping_released(const std::string& dlopen_path) {
   if (!still) return true;
   ::dlclose(still);
   return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// $ORIGIN dependencies
+
+namespace {
+
+struct Dependency {
+  std::string needed;  // the plugin's DT_NEEDED name (outside input: printable() in messages)
+  std::string path;    // where its search path finds it through $ORIGIN
+};
+
+std::string shown(const std::string& outside) { return printable(outside, 300); }
+
+std::string directory_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool is_identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// entry with $ORIGIN / ${ORIGIN} replaced by origin. other_token: another dynamic string token
+// ($LIB, $PLATFORM), which only glibc expands; such an entry is not ours to resolve.
+std::string expand_origin(const std::string& entry, const std::string& origin, bool& uses_origin, bool& other_token) {
+  std::string out;
+  uses_origin = other_token = false;
+  for (size_t i = 0; i < entry.size(); ++i) {
+    if (entry[i] != '$') {
+      out += entry[i];
+    } else if (entry.compare(i + 1, 8, "{ORIGIN}") == 0) {
+      out += origin;
+      i += 8;
+      uses_origin = true;
+    } else if (entry.compare(i + 1, 6, "ORIGIN") == 0 && (i + 7 >= entry.size() || !is_identifier_char(entry[i + 7]))) {
+      out += origin;
+      i += 6;
+      uses_origin = true;
+    } else {
+      out += '$';
+      other_token = true;
+    }
+  }
+  if (out.empty()) out = ".";  // glibc: an empty entry is the current directory
+  return out;
+}
+
+std::vector<std::string> expanded_origin_dirs(const DynamicInfo& info, const std::string& origin) {
+  std::vector<std::string> dirs;
+  for (const std::string& entry : info.search_path) {
+    bool uses_origin, other_token;
+    std::string dir = expand_origin(entry, origin, uses_origin, other_token);
+    if (uses_origin && !other_token) dirs.push_back(dir);
+  }
+  return dirs;
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool found_in_ld_library_path(const std::string& needed) {
+  const char* env = std::getenv("LD_LIBRARY_PATH");
+  std::istringstream dirs(env ? env : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && is_regular_file(dir + "/" + needed)) return true;
+  return false;
+}
+
+// Where the plugin's search path finds needed, if glibc would take it from a $ORIGIN entry: in
+// glibc's order (DT_RPATH, else LD_LIBRARY_PATH then DT_RUNPATH); "" when it looks elsewhere.
+std::string found_through_origin(const std::string& needed, const DynamicInfo& info, const std::string& origin) {
+  if (info.has_runpath && found_in_ld_library_path(needed)) return "";
+  for (const std::string& entry : info.search_path) {
+    bool uses_origin, other_token;
+    const std::string dir = expand_origin(entry, origin, uses_origin, other_token);
+    if (other_token || !is_regular_file(dir + "/" + needed)) continue;
+    return uses_origin ? dir + "/" + needed : "";
+  }
+  return "";
+}
+
+bool read_image_dynamic_info(const LibraryImage& image, const std::string& library_path, DynamicInfo& info,
+                             std::string& reason) {
+  struct stat st {};
+  if (::fstat(image.fd, &st) != 0 || st.st_size <= 0) return true;  // nothing to read: dlopen says why
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* bytes = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, image.fd, 0);
+  if (bytes == MAP_FAILED) {
+    reason = std::string("cannot read the verified copy of the library: mmap: ") + std::strerror(errno);
+    return false;
+  }
+  bool ok = read_dynamic_info(static_cast<const unsigned char*>(bytes), size, info, reason);
+  ::munmap(bytes, size);
+  if (!ok) reason = "malformed ELF dynamic section in " + library_path + ": " + reason;
+  return ok;
+}
+
+// searches_origin: the search path has a $ORIGIN entry (else only DT_NEEDED paths are checked).
+bool find_origin_dependencies(const DynamicInfo& info, const std::string& origin, bool searches_origin,
+                              std::vector<Dependency>& deps, std::string& reason) {
+  for (const std::string& needed : info.needed) {
+    if (needed.find('/') != std::string::npos) {
+      bool uses_origin, other_token;
+      expand_origin(needed, origin, uses_origin, other_token);
+      if (!uses_origin) continue;
+      // glibc looks such a name up among loaded objects unexpanded: a loaded copy can never match.
+      reason = "DT_NEEDED \"" + shown(needed) + "\" names its dependency by a $ORIGIN path, which cannot "
+               "be resolved for a plugin mapped from its verified in-memory copy; link the dependency by its "
+               "SONAME and give the plugin RUNPATH $ORIGIN";
+      return false;
+    }
+    std::string path = searches_origin ? found_through_origin(needed, info, origin) : "";
+    if (!path.empty()) deps.push_back({needed, path});
+  }
+  return true;
+}
+
+// The world-writable rule of the plugin, for the dependency's link and the file it leads to.
+bool check_dependency_location(const Dependency& dep, std::string& reason) {
+  if (check_not_world_writable(dep.path, reason) && check_not_world_writable(absolute_path(dep.path), reason))
+    return true;
+  reason = "dependency " + shown(dep.needed) + " found through $ORIGIN: " + reason;
+  return false;
+}
+
+// (device, inode) of the file the loaded object was mapped from: its dynamic section's mapping in
+// /proc/self/maps (its path may have been replaced since).
+bool mapped_file_of(void* handle, uint64_t& dev, uint64_t& ino) {
+  struct link_map* map = nullptr;
+  if (::dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || !map) return false;
+  const auto at = reinterpret_cast<uintptr_t>(map->l_ld);
+  std::string maps, why;
+  if (!read_regular_file("/proc/self/maps", "process map", size_t(64) << 20, maps, why)) return false;
+  std::istringstream lines(maps);
+  for (std::string line; std::getline(lines, line);) {
+    unsigned long long start, end, offset, inode;
+    unsigned major_id, minor_id;
+    char perms[8];
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %x:%x %llu", &start, &end, perms, &offset, &major_id, &minor_id,
+                    &inode) != 7 || at < start || at >= end)
+      continue;
+    dev = makedev(major_id, minor_id);
+    ino = inode;
+    return true;
+  }
+  return false;
+}
+
+std::string loaded_name(void* handle) {
+  struct link_map* map = nullptr;
+  return ::dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name ? map->l_name : "?";
+}
+
+// glibc binds the plugin's DT_NEEDED to an object already loaded under that SONAME, as it would
+// for any library; when that object is not the file $ORIGIN leads to, the log says so.
+void warn_if_other_file(void* loaded, const Dependency& dep, const std::string& plugin, std::vector<std::string>& warnings) {
+  struct stat st {};
+  uint64_t dev = 0, ino = 0;
+  if (::stat(dep.path.c_str(), &st) != 0 || !mapped_file_of(loaded, dev, ino)) return;
+  if (dev == st.st_dev && ino == st.st_ino) return;
+  warnings.push_back("opforge-loader dependency file=" + plugin + " needed=" + shown(dep.needed) + " origin=" +
+                     shown(dep.path) + " uses=" + shown(loaded_name(loaded)) +
+                     " reason=\"a library with this SONAME is already loaded (glibc binds DT_NEEDED by SONAME), "
+                     "so the plugin runs with it, not with the file next to it; give a changed dependency a new SONAME\"");
+}
+
+enum class Opened { Yes, NotYet, Refused };
+
+Opened open_dependency(const Dependency& dep, const std::string& plugin, OriginDependencies& out, std::string& error) {
+  if (void* loaded = ::dlopen(dep.needed.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+    warn_if_other_file(loaded, dep, plugin, out.warnings);
+    out.handles.push_back(loaded);
+    return Opened::Yes;
+  }
+  void* handle = ::dlopen(dep.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* text = ::dlerror();
+    error = "dependency " + shown(dep.needed) + " found through $ORIGIN at " + shown(dep.path) +
+            " failed to load: " + printable(text ? text : "?", 1000);
+    return Opened::NotYet;
+  }
+  out.handles.push_back(handle);
+  // What the plugin's DT_NEEDED will bind to: the object glibc finds under that name now.
+  void* bound = ::dlopen(dep.needed.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (bound) ::dlclose(bound);
+  if (bound == handle) return Opened::Yes;
+  error = "dependency " + shown(dep.needed) + " found through $ORIGIN at " + shown(dep.path) +
+          " does not carry the SONAME " + shown(dep.needed) +
+          " (glibc satisfies the plugin's DT_NEEDED from a loaded library only by SONAME; link it with -Wl,-soname," +
+          shown(dep.needed) + ")";
+  return Opened::Refused;
+}
+
+// One dependency may need another found the same way (DT_RPATH is inherited): retry those that
+// failed for as long as another one loads.
+bool open_dependencies(const std::vector<Dependency>& deps, const std::string& plugin, OriginDependencies& out,
+                       std::string& reason) {
+  std::vector<const Dependency*> pending;
+  for (const Dependency& dep : deps) pending.push_back(&dep);
+  while (!pending.empty()) {
+    std::vector<const Dependency*> failed;
+    std::string first_error;
+    for (const Dependency* dep : pending) {
+      std::string error;
+      Opened opened = open_dependency(*dep, plugin, out, error);
+      if (opened == Opened::Refused) { reason = error; return false; }
+      if (opened == Opened::NotYet) {
+        failed.push_back(dep);
+        if (first_error.empty()) first_error = error;
+      }
+    }
+    if (failed.size() == pending.size()) { reason = first_error; return false; }
+    pending.swap(failed);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool load_origin_dependencies(const LibraryImage& image, const std::string& library_path, OriginDependencies& out,
+                              std::string& reason) {
+  if (::getauxval(AT_SECURE)) return true;  // glibc ignores $ORIGIN in a set-user-ID process
+  DynamicInfo info;
+  if (!read_image_dynamic_info(image, library_path, info, reason)) return false;
+  const std::string origin = directory_of(library_path);
+  out.origin_dirs = expanded_origin_dirs(info, origin);
+  std::vector<Dependency> deps;
+  if (!find_origin_dependencies(info, origin, !out.origin_dirs.empty(), deps, reason)) return false;
+  for (const Dependency& dep : deps)
+    if (!check_dependency_location(dep, reason)) return false;  // before any of them runs code
+  if (open_dependencies(deps, library_path, out, reason)) return true;
+  close_dependencies(out.handles);
+  return false;
+}
+
+void close_dependencies(std::vector<void*>& handles) {
+  for (auto it = handles.rbegin(); it != handles.rend(); ++it) ::dlclose(*it);
+  handles.clear();
 }
 
 std::string with_real_path(std::string text, const std::string& dlopen_path, const std::string& real_path) {

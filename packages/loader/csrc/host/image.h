@@ -5,6 +5,7 @@
 // older mapping, and init/unload run exactly once per mapping.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "manifest.h"
 
@@ -31,6 +32,27 @@ bool check_digest(const Manifest& m, const std::string& digest, std::string& rea
 // -z nodelete, STB_GNU_UNIQUE symbols) must keep its memfd open forever, or a later memfd could
 // reuse its name or inode and be mistaken for it.
 bool mapping_released(const std::string& dlopen_path);
+
+// $ORIGIN. Mapped from /proc/self/fd/N, the plugin's own $ORIGIN names /proc/self/fd. So before
+// the plugin is mapped, each DT_NEEDED that its DT_RUNPATH / DT_RPATH would find through $ORIGIN
+// (read from the verified image, elf_dynamic.h) is dlopen'ed from the plugin's real directory,
+// RTLD_NOW | RTLD_LOCAL; glibc then satisfies the plugin's DT_NEEDED by SONAME with that loaded
+// object (checked for each one: a dependency glibc would not bind is refused). Dependencies are
+// not hashed (the manifest covers the plugin file): they are trusted like any DT_NEEDED library,
+// except that a world-writable dependency file or directory is refused before anything is opened.
+struct OriginDependencies {
+  std::vector<void*> handles;            // to dlclose after the plugin's dlclose (close_dependencies)
+  std::vector<std::string> origin_dirs;  // the search path's $ORIGIN entries, expanded (for messages)
+  std::vector<std::string> warnings;     // log lines: a dependency glibc takes from another file
+};
+
+// Opens the $ORIGIN dependencies of the plugin whose verified image this is (library_path: the
+// real file). On refusal nothing stays open and reason names the dependency.
+bool load_origin_dependencies(const LibraryImage& image, const std::string& library_path, OriginDependencies& out,
+                              std::string& reason);
+
+// dlclose in reverse order of opening; empties handles.
+void close_dependencies(std::vector<void*>& handles);
 
 // "/proc/self/fd/N" in a dlerror text replaced by the file the bytes came from.
 std::string with_real_path(std::string text, const std::string& dlopen_path, const std::string& real_path);

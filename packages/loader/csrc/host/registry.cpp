@@ -75,6 +75,7 @@ Library::~Library() {
     ::dlclose(handle);
     log->log(OPFORGE_LOG_INFO, "opforge-loader dlclose plugin=" + name + " version=" + version + " file=" + path);
   }
+  close_dependencies(dependencies);  // after the plugin, which may still call them in its destructors
   if (image_fd < 0) return;
   if (handle && !mapping_released(dlopen_path)) {
     // Still mapped (nodelete): its memfd must keep its name and inode, or a later load could alias it.
@@ -90,14 +91,18 @@ Library::~Library() {
 
 namespace {
 
-// dlopen maps /proc/self/fd/N: $ORIGIN in the plugin's RUNPATH names /proc/self/fd, not its directory.
-std::string dlopen_failure(const char* error, const LibraryImage& image, const std::string& path) {
+// dlopen's error naming the real file; for a dependency it could not find, where $ORIGIN was
+// looked up (the plugin's own directory, not the /proc/self/fd it is mapped from).
+std::string dlopen_failure(const char* error, const LibraryImage& image, const std::string& path,
+                           const OriginDependencies& deps) {
   std::string text = with_real_path(error ? error : "?", image.dlopen_path, path);
   std::string hint = " (check `ldd` / `opforge-loader doctor`";
-  if (text.find("cannot open shared object file") != std::string::npos)
-    hint += "; plugins are mapped from a verified in-memory copy, so a dependency found through $ORIGIN must be "
-            "on the default search path, in an absolute RUNPATH or loaded first";
-  return "dlopen failed: " + text + hint + ")";
+  if (text.find("cannot open shared object file") != std::string::npos && !deps.origin_dirs.empty()) {
+    hint += "; $ORIGIN in the plugin's search path was looked up in ";
+    for (size_t i = 0; i < deps.origin_dirs.size(); ++i) hint += (i ? ", " : "") + printable(deps.origin_dirs[i], 300);
+    hint += ", then the default search path";
+  }
+  return "dlopen failed: " + printable(text, 2000, false) + hint + ")";
 }
 
 bool validate_plugin_struct(const OpforgePlugin* p, const Manifest& m, std::string& reason) {
@@ -226,8 +231,12 @@ int32_t Registry::load_locked(const std::string& raw_path, Mode mode, const std:
   lib->library_id = image.source_id; lib->manifest_id = manifest_id;
   if (!check_digest(m, image.sha256, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
 
+  OriginDependencies deps;  // before the plugin is mapped, so that glibc finds them loaded
+  if (!load_origin_dependencies(image, path, deps, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  lib->dependencies = std::move(deps.handles);
+  for (const std::string& line : deps.warnings) log_->log(OPFORGE_LOG_WARNING, line);
   lib->handle = ::dlopen(image.dlopen_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib->handle) return refuse(path, dlopen_failure(::dlerror(), image, path), OPFORGE_ERR_REFUSED, err);
+  if (!lib->handle) return refuse(path, dlopen_failure(::dlerror(), image, path, deps), OPFORGE_ERR_REFUSED, err);
   void* handle = lib->handle;
 
   ::dlerror();

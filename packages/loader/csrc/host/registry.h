@@ -56,13 +56,15 @@ class WriterPreferringMutex {
 
 // One mapping of a verified library image (image.h). Destroyed when the registry and every
 // acquired op let go of it: the destructor runs the plugin's unload hook, then dlclose, then
-// closes the image (deferred unload). `path` is the real file: every log line and message uses it.
+// closes its $ORIGIN dependencies and the image (deferred unload). `path` is the real file: every
+// log line and message uses it.
 struct Library {
   std::string name, version, kind, path, source_dir;
   std::string dlopen_path;  // "/proc/self/fd/N" of image_fd: what dlopen and dladdr know it by
   int image_fd = -1;
   FileId library_id, manifest_id;
   void* handle = nullptr;
+  std::vector<void*> dependencies;  // $ORIGIN dependencies (image.h), closed after the plugin
   const OpforgePlugin* plugin = nullptr;
   bool initialized = false;
   std::shared_ptr<Logger> log;

@@ -1,4 +1,5 @@
-/* Configurable test plugin: Y = X + helper_impl(), where helper_impl() returns OFFSET.
+/* Configurable test plugin: Y = X + helper_impl(), where helper_impl() returns OFFSET
+ * (-DDEPENDENCY_OFFSET: Y = X + dependency_offset(), a function of a library it links).
  * Built by the tests with -D flags to produce good plugins, new versions and broken ones.
  * -DTRACE: appends "<event> <version> <offset> <mapping>" to the file $OPFORGE_TEST_TRACE for
  * ctor, init, unload and dtor (mapping: the address of this copy's statics), refuses a second
@@ -53,6 +54,15 @@ __attribute__((destructor)) static void on_unmap(void) { trace("dtor"); }
 /* Deliberately global and equally named in every build (seed 000 section 5.2). */
 float helper_impl(void) { return OFFSET; }
 
+#ifdef DEPENDENCY_OFFSET
+/* The offset comes from a library the plugin is linked against (the tests put it next to the
+ * plugin and let RUNPATH $ORIGIN find it). */
+float dependency_offset(void);
+#define OFFSET_OF_THIS_CALL dependency_offset()
+#else
+#define OFFSET_OF_THIS_CALL helper_impl()
+#endif
+
 static const int32_t kTypes[] = {OPFORGE_DTYPE_FLOAT32};
 static const OpforgeIODesc kIn[] = {{"X", 1, kTypes}};
 static const OpforgeIODesc kOut[] = {{"Y", 1, kTypes}};
@@ -96,7 +106,7 @@ static int32_t compute(void* inst, const OpforgeTensor* in, uint32_t ni, Opforge
   }
   const float* x = (const float*)in[0].data;
   float* y = (float*)out[0].data;
-  for (int64_t i = 0; i < numel(&in[0]); ++i) y[i] = x[i] + helper_impl();
+  for (int64_t i = 0; i < numel(&in[0]); ++i) y[i] = x[i] + OFFSET_OF_THIS_CALL;
   return OPFORGE_OK;
 }
 
