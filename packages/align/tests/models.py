@@ -61,3 +61,8 @@ def chain(path, n_nodes: int, width: int = 64) -> None:
     graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b, g])
     onnx.save(helper.make_model(graph, opset_imports=OPSETS), str(path))
+
+
+def tensors_by_name(report: dict) -> dict:
+    """report.json's `tensors` (a list in topological order) keyed by each entry's name."""
+    return {entry["name"]: entry for entry in report["tensors"]}

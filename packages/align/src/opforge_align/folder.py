@@ -76,7 +76,7 @@ def _one(label: str, path: Path, options: align.Options, report_dir) -> dict:
     if report_dir:
         report.write_markdown(result, Path(report_dir) / label)
     data = report.as_dict(result)
-    ulps = [t.get("max_ulp") for t in data["tensors"].values() if isinstance(t.get("max_ulp"), float)]
+    ulps = [t.get("max_ulp") for t in data["tensors"] if isinstance(t.get("max_ulp"), float)]
     return {"label": label, **data, **({"max_ulp": max(ulps)} if ulps else {})}
 
 

@@ -29,15 +29,16 @@ def as_dict(report) -> dict:
     })
 
 
-def _tensors(report) -> dict:
-    """tensor name -> its comparison (the worst one when several runtimes are compared)."""
+def _tensors(report) -> list:
+    """One entry per tensor, in topological order: its name and its comparison (the worst one
+    when several runtimes are compared, all of them under "comparisons")."""
     grouped = {}
     for r in report.results:
         grouped.setdefault(r.tensor, []).append(_one(r))
-    out = {}
+    out = []
     for name, entries in grouped.items():
         worst = min(entries, key=lambda e: (e["ok"] is not False, -(e.get("max_ulp") or 0.0)))
-        out[name] = {**worst, **({"comparisons": entries} if len(entries) > 1 else {})}
+        out.append({"name": name, **worst, **({"comparisons": entries} if len(entries) > 1 else {})})
     return out
 
 
