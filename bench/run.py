@@ -1,12 +1,13 @@
 """Fused vs composed benchmarks of the opforge ops, torch and ONNX Runtime layers (CPU, fp32).
 
-  python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm] [--layers torch,ort]
+  python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm,SwiGLU] [--layers torch,ort]
                       [--threads 1,all] [--repeat 20]
 
 Writes OUT/bench.json, OUT/bench.md (tables, targets met/missed), OUT/bench_<op>_<layer>.png and
 the stage result ($OPFORGE_STAGE_RESULT: headline ratios). Not a test: it never fails on slow
 numbers; it exits non-zero only if it could not measure. --quick: 3 sizes (16 KiB to 64 MiB of
-input), for CI smoke runs; the full run goes to >= 4x the last-level cache.
+input), for CI smoke runs; the full run goes to >= 4x the last-level cache, but never beyond what
+half of the available memory holds (bench.json records the peak RSS).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "bench")
-    parser.add_argument("--ops", default="Swish,RMSNorm")
+    parser.add_argument("--ops", default="Swish,RMSNorm,SwiGLU")
     parser.add_argument("--layers", default="torch,ort")
     parser.add_argument("--threads", default="1,all", help="comma list; 'all' = every CPU we may use")
     parser.add_argument("--sizes", default="", help="comma list of element counts (default: by LLC)")
@@ -50,7 +51,8 @@ def main(argv=None) -> int:
     threads = [host["cpus_available"] if t == "all" else int(t) for t in args.threads.split(",")]
     threads = list(dict.fromkeys(threads))
     sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes
-             else timing.sizes(quick=args.quick, llc=host["llc_bytes"]))
+             else timing.sizes(quick=args.quick, llc=host["llc_bytes"],
+                               memory=host["memory_available_bytes"]))
     print(f"bench: sizes {sizes}, threads {threads}, load {host['loadavg_1m_at_start']:.2f}")
     data = measure.run_all(ops=args.ops.split(","), layers=set(args.layers.split(",")),
                            threads_list=threads, sizes=sizes, repeat=args.repeat)
@@ -64,11 +66,12 @@ def main(argv=None) -> int:
     artifacts = report.write(data, args.out)
     numbers = report.headline_numbers(data["rows"], max(threads), data["targets"])
     numbers["bench.busy"] = int(host["busy"])
+    numbers["bench.peak_rss_mib"] = round(data["peak_rss_bytes"] / 2**20, 1)
     _stage_result(numbers, artifacts)
     for t in data["targets"]:
         ratio = f"{t['ratio']:.2f}x" if "ratio" in t else "-"
         print(f"  {t['status']:>12}  {ratio:>7} (bar {t['bar']}x)  {t['target']}  {t.get('detail', '')}")
-    print(f"bench: wrote {args.out / 'bench.md'}")
+    print(f"bench: peak RSS {data['peak_rss_bytes'] / 2**30:.2f} GiB; wrote {args.out / 'bench.md'}")
     return 0 if data["rows"] else 1
 
 

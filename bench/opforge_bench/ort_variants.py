@@ -64,7 +64,20 @@ def rms_norm_models() -> dict:
     }
 
 
-MODELS = {"Swish": swish_models, "RMSNorm": rms_norm_models}
+def swiglu_models() -> dict:
+    x = [("X", ["rows", 2 * COLS])]
+    composed = [helper.make_node("Split", ["X"], ["A", "B"], axis=-1),  # two equal halves
+                helper.make_node("Sigmoid", ["A"], ["S"]),
+                helper.make_node("Mul", ["A", "S"], ["G"]),
+                helper.make_node("Mul", ["G", "B"], ["Y"])]
+    return {
+        "composed": _model(composed, x),
+        "opforge_ort": _model([helper.make_node("SwiGLU", ["X"], ["Y"], domain="opforge", beta=1.0)],
+                              x, opsets=(("", OPSET), ("opforge", 1))),
+    }
+
+
+MODELS = {"Swish": swish_models, "RMSNorm": rms_norm_models, "SwiGLU": swiglu_models}
 
 
 def library() -> str | None:
@@ -117,11 +130,9 @@ def optimized_graph(model: bytes, level, lib) -> list:
         return [f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in onnx.load(path).graph.node]
 
 
-def runners(sess, n: int, op: str) -> dict:
-    """{"prealloc": fn, "alloc": fn} for one session and size."""
-    shape = (n,) if op == "Swish" else (max(n // COLS, 1), COLS)
-    x = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
-    y = np.empty_like(x)
+def runners(sess, inp: dict, op: str) -> dict:
+    """{"prealloc": fn, "alloc": fn} for one session on the shared arrays (torch_variants.inputs)."""
+    x, y = inp["x"].numpy(), inp["y"].numpy()
     binding = sess.io_binding()
     binding.bind_cpu_input("X", x)
     # An OrtValue over y (binding the raw pointer makes ORT 1.32 abort in BFCArena on the

@@ -6,8 +6,11 @@ import re
 from pathlib import Path
 
 # (id, op, layer, ours (variant, allocating), theirs [(variant, allocating)], bar, text).
-# Like is compared with like: opforge_torch has no out= overload, so torch ratios are between
-# allocating variants; ORT ratios are between IOBinding runs into preallocated outputs.
+# Like is compared with like: torch ratios between allocating variants (and the .out overloads
+# against copy_ into a preallocated buffer); ORT ratios between IOBinding runs into preallocated
+# outputs.
+OPS = ("Swish", "RMSNorm", "SwiGLU")
+MEMCPY = "memcpy (torch copy_)"
 TARGETS = (
     ("swish_torch_vs_composed", "Swish", "torch", ("opforge_torch", True),
      [("torch composed", True)], 1.5, "opforge_torch Swish >= 1.5x composed x*torch.sigmoid(x)"),
@@ -17,8 +20,17 @@ TARGETS = (
      [("composed, no fusion (ORT_DISABLE_ALL)", False)], 1.3,
      "opforge_ort Swish >= 1.3x ORT's composed Mul/Sigmoid graph"),
     ("swish_ort_vs_fusion", "Swish", "ort", ("opforge_ort", False),
-     [("composed (ORT_ENABLE_ALL)", False), ("QuickGelu (com.microsoft)", False)], 0.9,
-     "opforge_ort Swish >= 0.9x any ORT fusion of it (QuickGelu)"),
+     [("composed (ORT_ENABLE_ALL)", False), ("QuickGelu (com.microsoft)", False)], 0.95,
+     "opforge_ort Swish >= 0.95x any ORT fusion of it (QuickGelu)"),
+    ("swish_torch_out_vs_copy", "Swish", "torch", ("opforge_torch out=", False), [(MEMCPY, False)], 0.85,
+     "opforge_torch swish.out >= 0.85x Tensor.copy_ of the same size"),
+    ("swiglu_torch_vs_composed", "SwiGLU", "torch", ("opforge_torch", True),
+     [("torch composed F.silu(a) * b", True)], 1.5, "opforge_torch swiglu >= 1.5x composed F.silu(a) * b"),
+    ("swiglu_torch_out_vs_composed_out", "SwiGLU", "torch", ("opforge_torch out=", False),
+     [("torch composed out=", False)], 1.5, "opforge_torch swiglu.out >= 1.5x composed with out="),
+    ("swiglu_ort_vs_composed", "SwiGLU", "ort", ("opforge_ort", False),
+     [("composed (ORT_ENABLE_ALL)", False)], 1.3,
+     "opforge_ort SwiGLU >= 1.3x ORT Split+Sigmoid+Mul+Mul at ORT_ENABLE_ALL"),
     ("rmsnorm_torch_vs_composed", "RMSNorm", "torch", ("opforge_torch", True),
      [("torch composed", True)], 2.0, "opforge_torch RMSNorm >= 2x composed torch"),
     ("rmsnorm_ort_vs_contrib", "RMSNorm", "ort", ("opforge_ort", False),
@@ -87,7 +99,7 @@ def headline_numbers(rows: list, threads: int, target_rows: list) -> dict:
         if "ratio" in t:
             numbers[f"bench.target.{t['id']}.ratio"] = round(t["ratio"], 3)
             numbers[f"bench.target.{t['id']}.met"] = int(t["status"] == "met")
-    for op in ("Swish", "RMSNorm"):
+    for op in OPS:
         big = _size(rows, op, 0)
         for r in rows:
             if r["op"] == op and r["elements"] == big and r["threads"] == threads:
@@ -112,6 +124,9 @@ def markdown(data: dict) -> str:
               + "; on a shared machine the all-threads medians suffer most (a descheduled worker "
               "makes a parallel op wait a scheduler tick): compare the ratio of mins and the "
               "1-thread numbers"),
+             (f"- memory: {host.get('memory_available_bytes', 0) / 2**30:.1f} GiB available at start "
+              f"(sizes capped to what half of it holds); peak RSS of this run "
+              f"{data.get('peak_rss_bytes', 0) / 2**30:.2f} GiB"),
              (f"- versions: {', '.join(f'{k} {v}' for k, v in data['versions'].items())}; "
               f"THP_MEM_ALLOC_ENABLE={host.get('THP_MEM_ALLOC_ENABLE')}"),
              (f"- fp32; median of >= {data['repeat']} runs after 3 warm-ups (more runs for small "
@@ -137,7 +152,7 @@ def markdown(data: dict) -> str:
     if data["not_measured"]:
         lines += ["", "## Not measured", ""]
         lines += [f"- {k}: {v}" for k, v in sorted(data["not_measured"].items())]
-    for op in ("Swish", "RMSNorm"):
+    for op in OPS:
         for layer in ("torch", "ort"):
             lines += _table(rows, op, layer)
     return "\n".join(lines) + "\n"
@@ -184,7 +199,7 @@ def plots(data: dict, out: Path) -> list:
 
     rows, paths = data["rows"], []
     thread_counts = sorted({r["threads"] for r in rows})
-    for op in ("Swish", "RMSNorm"):
+    for op in OPS:
         for layer in ("torch", "ort"):
             mine = [r for r in rows if r["op"] == op and r["layer"] == layer]
             if not mine:

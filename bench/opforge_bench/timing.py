@@ -75,6 +75,7 @@ def _parse_size(text: str) -> int:
 
 def host_info() -> dict:
     info = {"cpus_available": all_threads(), "llc_bytes": llc_bytes(),
+            "memory_available_bytes": available_memory_bytes(),
             "loadavg_1m_at_start": os.getloadavg()[0],
             # torch's CPU allocator madvises huge pages for big buffers when this is 1: far fewer
             # first-touch page faults in the allocating variants
@@ -89,11 +90,44 @@ def host_info() -> dict:
     return info
 
 
-def sizes(*, quick: bool, llc: int) -> list:
+def available_memory_bytes() -> int:
+    """MemAvailable (/proc/meminfo), capped by a cgroup v2 memory.max; 4 GiB if unreadable."""
+    found = 4 << 30
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found = min(found, int(limit))
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+# float32 arrays of the largest size alive at once, worst case: X, Y, a scratch buffer, two
+# transient results of an allocating composed variant, and per ORT session of one size its arena
+# (output + an intermediate) for up to 4 sessions.
+ARRAYS_ALIVE = 13
+MEMORY_SHARE = 0.5  # of what is available: the machine is shared
+
+
+def largest_fitting(memory: int) -> int:
+    """The largest power-of-two element count whose arrays fit in MEMORY_SHARE of `memory`."""
+    budget = int(memory * MEMORY_SHARE) // (4 * ARRAYS_ALIVE)
+    return 1 << max(budget.bit_length() - 1, 12)
+
+
+def sizes(*, quick: bool, llc: int, memory: int | None = None) -> list:
     """Element counts from cache-resident (16 KiB of input) to at least 4x the LLC of fp32
-    input+output, and at least the 16M elements the targets are stated at."""
+    input+output and at least the 16M elements the targets are stated at - but never more than
+    the machine can hold (`memory`, default: available now)."""
+    fits = largest_fitting(available_memory_bytes() if memory is None else memory)
     if quick:
-        return [1 << 12, 1 << 18, 1 << 24]
-    top = max(1 << 24, 1 << (max(4 * llc // 8, 2) - 1).bit_length())
+        return [n for n in (1 << 12, 1 << 18, 1 << 24) if n <= fits] or [fits]
+    top = min(fits, max(1 << 24, 1 << (max(4 * llc // 8, 2) - 1).bit_length()))
     out = [1 << e for e in range(12, top.bit_length(), 2)]
     return out if out[-1] == top else out + [top]

@@ -1,11 +1,14 @@
 """The torch layer: composed ops vs torch.nn.functional's native op vs opforge_torch, each where
-possible both allocating its output and writing into a preallocated one (out=)."""
+possible both allocating its output and writing into a preallocated one (out=).
+
+Every variant of one op and size works on the same arrays (`inputs`): only X, W, one output and
+one scratch buffer are alive besides the allocating variants' transient results."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-COLS = 4096  # RMSNorm row length (a common hidden size); rows = n / COLS
+COLS = 4096  # RMSNorm row length and SwiGLU's d (a common hidden size)
 EPS = 1e-6
 
 
@@ -18,10 +21,33 @@ def available() -> str:
     return ""
 
 
-def swish_variants(n: int) -> dict:
-    """{name: (callable, allocating)}; inputs built once here."""
-    x = torch.randn(n)
-    y, tmp = torch.empty_like(x), torch.empty_like(x)
+def has_out_overloads() -> bool:
+    return not available() and hasattr(torch.ops.opforge.swish, "out")
+
+
+def input_shape(op: str, n: int) -> tuple:
+    """X's shape for about n input elements: Swish [n], RMSNorm [rows, COLS], SwiGLU [rows, 2*COLS]."""
+    if op == "Swish":
+        return (n,)
+    cols = 2 * COLS if op == "SwiGLU" else COLS
+    return (max(n // cols, 1), cols)
+
+
+def output_shape(op: str, n: int) -> tuple:
+    shape = input_shape(op, n)
+    return (shape[0], COLS) if op == "SwiGLU" else shape
+
+
+def inputs(op: str, n: int) -> dict:
+    """The arrays every variant of (op, n) shares: x, w (RMSNorm), y (preallocated output), tmp."""
+    x = torch.randn(*input_shape(op, n))
+    y = torch.empty(*output_shape(op, n))
+    return {"x": x, "y": y, "w": torch.rand(COLS) + 0.5, "tmp": torch.empty_like(y)}
+
+
+def swish_variants(inp: dict) -> dict:
+    """{name: (callable, allocating)}."""
+    x, y, tmp = inp["x"], inp["y"], inp["tmp"]
     out = {
         "torch composed": (lambda: x * torch.sigmoid(x), True),
         "torch composed out=": (lambda: torch.mul(x, torch.sigmoid(x, out=tmp), out=y), False),
@@ -30,13 +56,14 @@ def swish_variants(n: int) -> dict:
     }
     if not available():
         out["opforge_torch"] = (lambda: torch.ops.opforge.swish(x, 1.0), True)
+    if has_out_overloads():
+        out["opforge_torch out="] = (lambda: torch.ops.opforge.swish.out(x, 1.0, out=y), False)
     return out
 
 
-def rms_norm_variants(n: int) -> dict:
-    rows = max(n // COLS, 1)
-    x, w = torch.randn(rows, COLS), torch.rand(COLS) + 0.5
-    y, sq, ms = torch.empty_like(x), torch.empty_like(x), torch.empty(rows, 1)
+def rms_norm_variants(inp: dict) -> dict:
+    x, w, y, sq = inp["x"], inp["w"], inp["y"], inp["tmp"]
+    ms = torch.empty(x.shape[0], 1)
 
     def composed_out():
         torch.mul(x, x, out=sq)
@@ -52,23 +79,42 @@ def rms_norm_variants(n: int) -> dict:
     }
     if not available():
         out["opforge_torch"] = (lambda: torch.ops.opforge.rms_norm(x, w, EPS), True)
+    if has_out_overloads():
+        out["opforge_torch out="] = (lambda: torch.ops.opforge.rms_norm.out(x, w, EPS, out=y), False)
     return out
 
 
-def memcpy(n: int):
-    src = torch.randn(n)
-    dst = torch.empty_like(src)
+def swiglu_variants(inp: dict) -> dict:
+    x, y, tmp = inp["x"], inp["y"], inp["tmp"]
+    a, b = x.chunk(2, dim=-1)
+    out = {
+        "torch composed F.silu(a) * b": (lambda: F.silu(a) * b, True),
+        "torch composed out=": (lambda: torch.mul(torch.ops.aten.silu.out(a, out=tmp), b, out=y), False),
+    }
+    if not available() and hasattr(torch.ops.opforge, "swiglu"):
+        out["opforge_torch"] = (lambda: torch.ops.opforge.swiglu(x, 1.0), True)
+        out["opforge_torch out="] = (lambda: torch.ops.opforge.swiglu.out(x, 1.0, out=y), False)
+    return out
+
+
+def memcpy(inp: dict):
+    """copy_ of as many elements as the op's output holds (the bytes of one read + one write)."""
+    dst = inp["y"].view(-1)
+    src = inp["x"].view(-1)[: dst.numel()]
     return lambda: dst.copy_(src)
 
 
 def not_measured(op: str) -> dict:
     """Variants that do not exist, with the reason (reported, never silently dropped)."""
-    reasons = {"opforge_torch out=": "opforge_torch registers no out= overload (torch.ops.opforge."
-                                     f"{'swish' if op == 'Swish' else 'rms_norm'}.out)"}
+    reasons = {}
     if op == "RMSNorm":
         reasons["F.rms_norm out="] = "torch has no out= variant of rms_norm"
+    if op == "SwiGLU":
+        reasons["a torch SwiGLU"] = "torch has no fused SwiGLU op (F.silu(a) * b is the composed form)"
     if available():
         reasons["opforge_torch"] = available()
+    elif not has_out_overloads():
+        reasons["opforge_torch out="] = "this opforge_torch build registers no .out overloads"
     return reasons
 
 
@@ -76,4 +122,4 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
-VARIANTS = {"Swish": swish_variants, "RMSNorm": rms_norm_variants}
+VARIANTS = {"Swish": swish_variants, "RMSNorm": rms_norm_variants, "SwiGLU": swiglu_variants}

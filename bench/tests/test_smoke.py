@@ -27,3 +27,16 @@ def test_quick_run_writes_json_table_plots_and_stage_result(tmp_path):
     pytest.importorskip("matplotlib")
     assert (tmp_path / "b" / "bench_Swish_torch.png").stat().st_size > 1000
     assert "artifacts" in json.loads(stage.read_text())
+
+
+def test_quick_run_covers_swiglu_and_reports_peak_rss(tmp_path):
+    proc = subprocess.run([sys.executable, str(RUN), "--out", str(tmp_path), "--sizes", "65536",
+                           "--repeat", "3", "--threads", "1", "--ops", "SwiGLU,Swish"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["peak_rss_bytes"] > 0 and "peak RSS" in (tmp_path / "bench.md").read_text()
+    swiglu = {(r["layer"], r["variant"]) for r in data["rows"] if r["op"] == "SwiGLU"}
+    assert ("torch", "torch composed F.silu(a) * b") in swiglu
+    ids = {t["id"] for t in data["targets"]}
+    assert {"swiglu_torch_vs_composed", "swiglu_ort_vs_composed", "swish_torch_out_vs_copy"} <= ids

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from .numerics import DTYPES, Errors, dtype_name, measure, round_to, ulp
-from .ops import (DOMAIN, DOMAIN_VERSION, FLOAT32_OVERFLOW, OPS, RMS_NORM, SWISH, Attr, BadCase, Case,
-                  OpSpec, error, finite_in_float32, format_number, strided)
+from .ops import (DOMAIN, DOMAIN_VERSION, FLOAT32_OVERFLOW, OPS, RMS_NORM, SWIGLU, SWISH, Attr, BadCase, Case,
+                  OpSpec, error, finite_in_float32, format_number, output_shape, strided,
+                  swiglu_x_error)
 
-__all__ = ["DOMAIN", "DOMAIN_VERSION", "DTYPES", "FLOAT32_OVERFLOW", "OPS", "RMS_NORM", "SWISH", "Attr",
+__all__ = ["DOMAIN", "DOMAIN_VERSION", "DTYPES", "FLOAT32_OVERFLOW", "OPS", "RMS_NORM", "SWIGLU", "SWISH", "Attr",
            "BadCase", "Case", "Errors", "OpSpec", "dtype_name", "error", "finite_in_float32",
-           "format_number", "include_dir", "measure", "round_to", "strided", "ulp"]
+           "format_number", "include_dir", "measure", "output_shape", "round_to", "strided",
+           "swiglu_x_error", "ulp"]
 
 
 def include_dir() -> Path:

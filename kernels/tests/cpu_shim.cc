@@ -11,6 +11,13 @@ namespace cpu = opforge::kernels::cpu;
   extern "C" void swish_bwd_##SUFFIX(const T* dy, const T* x, T* dx, int64_t n, float beta) { \
     cpu::swish_backward(dy, x, dx, n, beta);                                                 \
   }                                                                                          \
+  extern "C" void swiglu_fwd_##SUFFIX(const T* x, T* y, int64_t rows, int64_t d, float beta) { \
+    cpu::swiglu_forward(x, y, 0, rows, d, beta);                                             \
+  }                                                                                          \
+  extern "C" void swiglu_bwd_##SUFFIX(const T* dy, const T* x, T* dx, int64_t rows, int64_t d, \
+                                      float beta) {                                          \
+    cpu::swiglu_backward(dy, x, dx, 0, rows, d, beta);                                       \
+  }                                                                                          \
   extern "C" void rms_fwd_##SUFFIX(const T* x, const T* w, T* y, int64_t rows, int64_t cols, \
                                    float eps) {                                              \
     cpu::rms_norm_forward(x, w, y, 0, rows, cols, eps);                                      \
@@ -30,6 +37,8 @@ SHIM(k::bfloat16, bf16)
 
 // Writes attrs.h's verdict for (op, value) into `out`: "" when valid, else the error text.
 extern "C" void attr_error(const char* op, double value, char* out, size_t size) {
-  const k::AttrSpec& attr = std::strcmp(op, "Swish") == 0 ? k::kSwishBeta : k::kRMSNormEpsilon;
+  const k::AttrSpec& attr = std::strcmp(op, "Swish") == 0    ? k::kSwishBeta
+                            : std::strcmp(op, "SwiGLU") == 0 ? k::kSwiGLUBeta
+                                                             : k::kRMSNormEpsilon;
   std::snprintf(out, size, "%s", k::attr_error(attr, value).c_str());
 }

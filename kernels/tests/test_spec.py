@@ -7,7 +7,8 @@ import opforge_spec as spec
 
 
 def test_registry_names_and_defaults():
-    assert set(spec.OPS) == {"Swish", "RMSNorm"}
+    assert set(spec.OPS) == {"Swish", "RMSNorm", "SwiGLU"}
+    assert spec.SWIGLU.defaults() == {"beta": 1.0}
     assert spec.SWISH.defaults() == {"beta": 1.0}
     assert spec.RMS_NORM.defaults() == {"epsilon": 1e-6}
     assert (spec.include_dir() / "opforge" / "kernels" / "cpu.h").exists()

@@ -3,7 +3,8 @@
 Knobs (environment):
   OPFORGE_CUDA_HOME     toolkit root (bin/nvcc); unset or empty -> CPU-only build
   OPFORGE_CUDA_ARCHS    TORCH_CUDA_ARCH_LIST syntax, e.g. "8.0;9.0" (default "8.0;9.0")
-  OPFORGE_KERNELS_INCLUDE  kernels/include of the shared math (default: the checkout's, then opforge_spec's)
+  OPFORGE_KERNELS_INCLUDE_DIR  kernels/include of the shared math (default: the checkout's, then
+                        the installed opforge_spec's)
   MAX_JOBS              parallel compile jobs (default 2)
 """
 
@@ -66,7 +67,7 @@ def check_torch(with_cuda):
 
 def kernels_include():
     """The shared kernel headers: explicit, else this checkout's, else the installed opforge_spec's."""
-    explicit = os.environ.get("OPFORGE_KERNELS_INCLUDE")
+    explicit = os.environ.get("OPFORGE_KERNELS_INCLUDE_DIR")
     if explicit:
         return Path(explicit)
     in_tree = HERE.parent.parent / "kernels" / "include"
@@ -76,7 +77,7 @@ def kernels_include():
         import opforge_spec
     except ImportError:
         sys.exit("opforge-torch: kernel headers not found: build from the opforge checkout, "
-                 "`pip install ./kernels` (opforge_spec) or set OPFORGE_KERNELS_INCLUDE")
+                 "`pip install ./kernels` (opforge_spec) or set OPFORGE_KERNELS_INCLUDE_DIR")
     return Path(opforge_spec.include_dir())
 
 
@@ -108,7 +109,7 @@ def build_info(with_cuda):
 def extension(with_cuda):
     include = kernels_include()
     if not (include / "opforge" / "kernels" / "cpu.h").is_file():
-        sys.exit(f"opforge-torch: shared kernels not found at {include} (set OPFORGE_KERNELS_INCLUDE)")
+        sys.exit(f"opforge-torch: shared kernels not found at {include} (set OPFORGE_KERNELS_INCLUDE_DIR)")
     target = f"-DTORCH_TARGET_VERSION=0x{TORCH_MIN[0]:02x}{TORCH_MIN[1]:02x}000000000000"
     cxx = ["-O3", "-g0", "-fvisibility=hidden", "-fvisibility-inlines-hidden", target, "-DTORCH_STABLE_ONLY"]
     # torch adds -D__CUDA_NO_HALF_CONVERSIONS__ & co. (against clashes with c10::Half, unused here);

@@ -1,6 +1,6 @@
 """Build inputs of the trt_fields target: the TensorRT plugin's C++ sources (instrumented), with
 the TensorRT headers found as the package build finds them (OPFORGE_TRT_INCLUDE_DIR, else the
-wheel matrix.yaml pins, fetched by packages/trt_plugin/cmake/trt_headers.py) and a CUDA
+wheel packages/trt_plugin/cmake/trt_headers.py pins and fetches) and a CUDA
 toolkit's cuda_runtime_api.h and libcudart (the plugin reports launch errors through it).
 The CUDA launchers are replaced by no_cuda_kernels.cc: field collections never reach enqueue."""
 from __future__ import annotations

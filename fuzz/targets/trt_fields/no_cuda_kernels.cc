@@ -11,4 +11,6 @@ cudaError_t rms_norm(Element, const void*, const void*, void*, int64_t, int64_t,
   return cudaErrorNotSupported;
 }
 
+cudaError_t swiglu(Element, const void*, void*, int64_t, int64_t, float, cudaStream_t) { return cudaErrorNotSupported; }
+
 }  // namespace opforge_trt::cuda

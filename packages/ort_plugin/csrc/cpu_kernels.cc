@@ -37,7 +37,27 @@ OrtStatus* rms_norm_typed(const Kernel& k, OrtKernelContext* ctx, const Tensor& 
   });
 }
 
+template <class T>
+OrtStatus* swiglu_typed(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y_data, int64_t rows,
+                        int64_t d) {
+  const T* xp = static_cast<const T*>(x.data);
+  T* yp = static_cast<T*>(y_data);
+  const float beta = k.attr;
+  const int64_t rows_per_grain = d >= kGrain ? 1 : kGrain / d;
+  return parallel_for(*k.api, ctx, rows, rows_per_grain, [=](int64_t row_begin, int64_t row_end) {
+    kc::swiglu_forward<T>(xp, yp, row_begin, row_end, d, beta);
+  });
+}
+
 }  // namespace
+
+OrtStatus* swiglu_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y, int64_t rows, int64_t d) {
+  switch (x.type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return swiglu_typed<float>(k, ctx, x, y, rows, d);
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return swiglu_typed<double>(k, ctx, x, y, rows, d);
+    default: return swiglu_typed<bfloat16>(k, ctx, x, y, rows, d);
+  }
+}
 
 OrtStatus* swish_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y) {
   switch (x.type) {

@@ -33,6 +33,15 @@ int rms_norm(int type, const void* x, const void* w, void* y, int64_t rows, int6
   return cudaErrorInvalidValue;
 }
 
+int swiglu(int type, const void* x, void* y, int64_t rows, int64_t d, float beta, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (type == kFloat)
+    return kc::swiglu_forward<float>(static_cast<const float*>(x), static_cast<float*>(y), rows, d, beta, s);
+  if (type == kFloat16)
+    return kc::swiglu_forward<__half>(static_cast<const __half*>(x), static_cast<__half*>(y), rows, d, beta, s);
+  return cudaErrorInvalidValue;
+}
+
 const char* error_string(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }
 
 }  // namespace opforge_ort::cuda

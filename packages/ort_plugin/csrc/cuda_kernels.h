@@ -9,6 +9,8 @@ namespace opforge_ort::cuda {
 // type: ONNX element type, FLOAT or FLOAT16.
 int swish(int type, const void* x, void* y, int64_t n, float beta, void* stream);
 int rms_norm(int type, const void* x, const void* w, void* y, int64_t rows, int64_t cols, float eps, void* stream);
+// X [rows, 2d] -> Y [rows, d]
+int swiglu(int type, const void* x, void* y, int64_t rows, int64_t d, float beta, void* stream);
 const char* error_string(int error);
 
 }  // namespace opforge_ort::cuda

@@ -1,4 +1,5 @@
-// OrtCustomOp tables for opforge::Swish and opforge::RMSNorm (domain version 1), kernel creation
+// OrtCustomOp tables for opforge::Swish, RMSNorm and SwiGLU (domain version 1; names, inputs and
+// attributes from the generated descriptors in attrs.h), kernel creation
 // (attributes) and input validation. Filled field by field instead of through Ort::CustomOpBase,
 // which stamps the header's ORT_API_VERSION and sets callbacks newer than our minimum API.
 #include "ops.h"
@@ -18,8 +19,6 @@ static_assert(OPFORGE_ORT_MIN_API >= 17, "opforge_ort needs ORT API >= 17");
 
 namespace opforge_ort {
 namespace {
-
-constexpr int64_t kDomainVersion = 1;
 
 const OpDef& def_of(const OrtCustomOp* op) { return *reinterpret_cast<const OpDef*>(op); }
 
@@ -99,8 +98,7 @@ OrtStatus* float_attr(const Kernel& k, const OrtKernelInfo* info, const opforge:
 }
 
 OrtStatus* read_attributes(Kernel& k, const OrtKernelInfo* info) {
-  const auto& attr = k.def->op == Op::kSwish ? opforge::kernels::kSwishBeta : opforge::kernels::kRMSNormEpsilon;
-  return float_attr(k, info, attr, &k.attr);
+  return float_attr(k, info, *k.def->desc->attr, &k.attr);
 }
 
 template <class F>
@@ -181,12 +179,14 @@ OrtStatus* rms_norm(const Kernel& k, OrtKernelContext* ctx) {
   OPFORGE_TRY(read_input(k, ctx, 0, x));
   OPFORGE_TRY(read_input(k, ctx, 1, w));
   OPFORGE_TRY(check_x_type(k, x));
-  if (x.shape.empty()) return k.fail("X", "tensor of rank >= 1", "a rank-0 tensor (scalar)");
+  if (x.shape.empty()) return k.fail("X", opforge::kernels::kRankAtLeast1, "a rank-0 tensor (scalar)");
   if (w.type != x.type)
     return k.fail("W", type_name(x.type) + " tensor (same type as X)", type_name(w.type) + " tensor");
   const int64_t cols = x.shape.back();
   if (w.shape.size() != 1 || w.shape[0] != cols)
-    return k.fail("W", "1-D tensor of length " + std::to_string(cols) + " (last dim of X)",
+    return k.fail("W",
+                  opforge::kernels::kRMSNormWeightExpected + std::to_string(cols) +
+                      opforge::kernels::kRMSNormWeightSuffix,
                   "shape " + shape_str(w.shape));
   void* y = nullptr;
   OPFORGE_TRY(alloc_output(k, ctx, x.shape, &y));
@@ -202,18 +202,46 @@ OrtStatus* rms_norm(const Kernel& k, OrtKernelContext* ctx) {
   return rms_norm_cpu(k, ctx, x, w, y, rows, cols);
 }
 
+// X [..., 2d] -> Y [..., d]
+OrtStatus* swiglu(const Kernel& k, OrtKernelContext* ctx) {
+  Tensor x;
+  OPFORGE_TRY(read_input(k, ctx, 0, x));
+  OPFORGE_TRY(check_x_type(k, x));
+  if (x.shape.empty() || x.shape.back() < 2 || x.shape.back() % 2 != 0)
+    return k.fail("X", opforge::kernels::kSwiGLUXExpected,
+                  x.shape.empty() ? std::string("rank 0") : "shape " + shape_str(x.shape));
+  std::vector<int64_t> y_shape = x.shape;
+  const int64_t d = y_shape.back() /= 2;
+  void* y = nullptr;
+  OPFORGE_TRY(alloc_output(k, ctx, y_shape, &y));
+  if (x.size == 0) return nullptr;
+  const int64_t rows = x.size / (2 * d);
+#ifdef OPFORGE_WITH_CUDA
+  if (k.on_cuda()) {
+    void* stream = nullptr;
+    OPFORGE_TRY(cuda_stream(k, ctx, &stream));
+    return cuda_status(k, cuda::swiglu(x.type, x.data, y, rows, d, k.attr, stream));
+  }
+#endif
+  return swiglu_cpu(k, ctx, x, y, rows, d);
+}
+
 OrtStatus* ORT_API_CALL compute(void* kernel, OrtKernelContext* ctx) {
   const Kernel& k = *static_cast<const Kernel*>(kernel);
-  return guarded(*k.api, [&] { return k.def->op == Op::kSwish ? swish(k, ctx) : rms_norm(k, ctx); });
+  return guarded(*k.api, [&] {
+    switch (k.def->op) {
+      case Op::kSwish: return swish(k, ctx);
+      case Op::kSwiGLU: return swiglu(k, ctx);
+      default: return rms_norm(k, ctx);
+    }
+  });
 }
 
 // ---- the OrtCustomOp callbacks -------------------------------------------------------------
 
-const char* ORT_API_CALL get_name(const OrtCustomOp* op) {
-  return def_of(op).op == Op::kSwish ? "Swish" : "RMSNorm";
-}
+const char* ORT_API_CALL get_name(const OrtCustomOp* op) { return def_of(op).desc->name; }
 const char* ORT_API_CALL get_provider(const OrtCustomOp* op) { return def_of(op).provider; }
-size_t ORT_API_CALL input_count(const OrtCustomOp* op) { return def_of(op).op == Op::kSwish ? 1 : 2; }
+size_t ORT_API_CALL input_count(const OrtCustomOp* op) { return def_of(op).desc->nb_inputs; }
 ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t i) {
   return i == 0 ? def_of(op).x_type : def_of(op).w_type;
 }
@@ -225,7 +253,15 @@ OrtCustomOpInputOutputCharacteristic ORT_API_CALL required(const OrtCustomOp*, s
 }
 OrtMemType ORT_API_CALL default_memory(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
 int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
-int ORT_API_CALL domain_version(const OrtCustomOp*) { return kDomainVersion; }
+int ORT_API_CALL domain_version(const OrtCustomOp*) { return opforge::kernels::kDomainVersion; }
+
+const opforge::kernels::OpDesc* desc_of(Op op) {
+  switch (op) {
+    case Op::kSwish: return &opforge::kernels::kSwishOp;
+    case Op::kSwiGLU: return &opforge::kernels::kSwiGLUOp;
+    default: return &opforge::kernels::kRMSNormOp;
+  }
+}
 
 OpDef make_def(Op op, const char* provider, ONNXTensorElementDataType x_type, ONNXTensorElementDataType w_type) {
   OpDef d{};  // zero: every callback newer than the stamped version stays null
@@ -254,6 +290,7 @@ OpDef make_def(Op op, const char* provider, ONNXTensorElementDataType x_type, ON
   o.GetStartVersion = domain_version;
   o.GetEndVersion = domain_version;
   d.op = op;
+  d.desc = desc_of(op);
   d.provider = provider;
   d.x_type = x_type;
   d.w_type = w_type;
@@ -264,6 +301,7 @@ std::vector<OpDef> make_defs() {
   constexpr auto kAny = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   std::vector<OpDef> defs;
   defs.push_back(make_def(Op::kSwish, nullptr, kAny, kAny));
+  defs.push_back(make_def(Op::kSwiGLU, nullptr, kAny, kAny));
   // RMSNorm has two inputs but ORT allows only one open ("UNDEFINED") input type per op, so
   // W's type is enumerated: every W type reaches Compute, which names the mismatch clearly.
   for (auto w : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
@@ -279,6 +317,7 @@ std::vector<OpDef> make_defs() {
   constexpr const char* kCuda = "CUDAExecutionProvider";
   for (auto t : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16}) {
     defs.push_back(make_def(Op::kSwish, kCuda, t, t));
+    defs.push_back(make_def(Op::kSwiGLU, kCuda, t, t));
     defs.push_back(make_def(Op::kRmsNorm, kCuda, t, t));
   }
 #endif

@@ -14,5 +14,7 @@ const std::vector<const OrtCustomOp*>& custom_ops();
 OrtStatus* swish_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y);
 OrtStatus* rms_norm_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor& w, void* y,
                         int64_t rows, int64_t cols);
+// X [rows, 2d] -> y [rows, d]
+OrtStatus* swiglu_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y, int64_t rows, int64_t d);
 
 }  // namespace opforge_ort

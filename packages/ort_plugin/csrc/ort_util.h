@@ -2,6 +2,8 @@
 // tensor access and ORT-thread-pool parallel loops. Only functions of API <= OPFORGE_ORT_MIN_API.
 #pragma once
 
+#include <opforge/kernels/attrs.h>
+
 #include <onnxruntime_c_api.h>
 
 #include <cstdint>
@@ -10,12 +12,13 @@
 
 namespace opforge_ort {
 
-enum class Op { kSwish, kRmsNorm };
+enum class Op { kSwish, kRmsNorm, kSwiGLU };
 
 // Defined per op kind and execution provider; ORT hands callbacks a pointer to `ort`.
 struct OpDef {
   OrtCustomOp ort;  // must stay the first member
   Op op;
+  const opforge::kernels::OpDesc* desc;  // generated from the spec: name, inputs, attribute
   const char* provider;               // nullptr: CPU execution provider
   ONNXTensorElementDataType x_type;   // UNDEFINED: any, checked in Compute with a clear message
   ONNXTensorElementDataType w_type;   // RMSNorm only
@@ -28,7 +31,7 @@ struct Kernel {
   std::string node;
   float attr;  // Swish: beta, RMSNorm: epsilon
 
-  const char* op_name() const { return def->op == Op::kSwish ? "Swish" : "RMSNorm"; }
+  const char* op_name() const { return def->desc->name; }
   bool on_cuda() const { return def->provider != nullptr; }
   // "opforge.<Op>: <what>: expected <expected>, got <got> (node "<name>")"
   OrtStatus* fail(const std::string& what, const std::string& expected, const std::string& got) const;

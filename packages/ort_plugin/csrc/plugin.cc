@@ -8,7 +8,7 @@
 
 namespace {
 
-constexpr const char* kDomain = "opforge";
+constexpr const char* kDomain = opforge::kernels::kDomain;  // generated from the spec
 
 // ORT keeps pointers to the domain for as long as sessions use it, and sessions may outlive the
 // SessionOptions that registered it: create it once per process and never release it.

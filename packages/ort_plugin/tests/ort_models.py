@@ -14,7 +14,7 @@ IR_VERSION = 8  # ORT 1.17 rejects the IR versions newer onnx writes by default
 ELEM = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "bfloat16": TensorProto.BFLOAT16,
         "float16": TensorProto.FLOAT16, "int32": TensorProto.INT32, "int64": TensorProto.INT64}
 ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
-MIN_ORT = (1, 17)  # matrix.yaml sources.ort_min_api = 17: the library refuses older runtimes
+MIN_ORT = (1, 17)  # the library's ORT API floor (cmake/inputs.cmake): it refuses older runtimes
 
 
 def opsets() -> list:

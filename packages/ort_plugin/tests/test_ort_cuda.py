@@ -47,3 +47,11 @@ def test_cuda_rms_norm(dtype, case):
     sess = _cuda_session(single_op_model("RMSNorm", dtype, np.ndim(x), **case.attrs))
     (y,) = sess.run(None, {"X": np.asarray(x, dtype), "W": np.asarray(w, dtype)})
     spec.RMS_NORM.check_close(y, spec.RMS_NORM.reference(x, w, **case.attrs), dtype, (x,), case.name)
+
+
+@pytest.mark.parametrize("dtype,case", _cases(spec.SWIGLU))
+def test_cuda_swiglu(dtype, case):
+    (x,) = case.inputs
+    sess = _cuda_session(single_op_model("SwiGLU", dtype, np.ndim(x), **case.attrs))
+    (y,) = sess.run(None, {"X": np.asarray(x, dtype)})
+    spec.SWIGLU.check_close(y, spec.SWIGLU.reference(x, **case.attrs), dtype, (x,), case.name)

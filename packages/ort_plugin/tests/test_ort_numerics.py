@@ -1,4 +1,4 @@
-"""opforge::Swish and opforge::RMSNorm in ONNX Runtime against opforge_spec's float64 references."""
+"""opforge::Swish, RMSNorm and SwiGLU in ONNX Runtime against opforge_spec's float64 references."""
 from __future__ import annotations
 
 import threading
@@ -31,6 +31,21 @@ def test_swish_matches_reference(dtype, case):
     sess = session(single_op_model("Swish", dtype, np.ndim(x), **case.attrs))
     (y,) = sess.run(None, {"X": _feed(x, dtype, case.non_contiguous)})
     spec.SWISH.check_close(y, spec.SWISH.reference(x, **case.attrs), dtype, (x,), case.name)
+
+
+@pytest.mark.parametrize("dtype,case", _cases("SwiGLU"))
+def test_swiglu_matches_reference(dtype, case):
+    (x,) = case.inputs
+    sess = session(single_op_model("SwiGLU", dtype, np.ndim(x), **case.attrs))
+    (y,) = sess.run(None, {"X": _feed(x, dtype, case.non_contiguous)})
+    assert y.shape == spec.output_shape(spec.SWIGLU, np.shape(x))
+    spec.SWIGLU.check_close(y, spec.SWIGLU.reference(x, **case.attrs), dtype, (x,), case.name)
+
+
+def test_swiglu_default_beta_is_the_specs():
+    x = np.random.default_rng(3).standard_normal((3, 2 * 6)).astype(np.float32)
+    (y,) = session(single_op_model("SwiGLU", "float32", 2)).run(None, {"X": x})
+    spec.SWIGLU.check_close(y, spec.SWIGLU.reference(x, **spec.SWIGLU.defaults()), "float32", (x,))
 
 
 @pytest.mark.parametrize("w_source", ["input", "initializer"])

@@ -1,7 +1,5 @@
 #include "common.h"
 
-#include <opforge/kernels/attrs.h>
-
 #include <sstream>
 #include <stdexcept>
 
@@ -82,10 +80,28 @@ void check_same_dtype(const char* op, const char* name, const Tensor& t, const c
          dtype_str(t.scalar_type()));
 }
 
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t d = 0; d < shape.size(); ++d) text += (d ? ", " : "") + std::to_string(shape[d]);
+  return text + "]";
+}
+
+void check_shape(const char* op, const char* name, const Tensor& t,
+                 const std::vector<int64_t>& shape, const char* ref_name) {
+  if (shape_str(t) != shape_str(shape))
+    fail(op, name, "shape " + shape_str(shape) + " (shape of " + ref_name + ")", shape_str(t));
+}
+
 void check_same_shape(const char* op, const char* name, const Tensor& t, const char* ref_name,
                       const Tensor& ref) {
-  if (shape_str(t) != shape_str(ref))
-    fail(op, name, "shape " + shape_str(ref) + " (shape of " + ref_name + ")", shape_str(t));
+  check_shape(op, name, t, shape_of(ref), ref_name);
+}
+
+void check_swiglu_shape(const Tensor& x) {
+  const bool valid = x.dim() >= 1 && x.size(x.dim() - 1) >= 2 && x.size(x.dim() - 1) % 2 == 0;
+  if (!valid)
+    fail(kSwiGLU, "X", opforge::kernels::kSwiGLUXExpected,
+         x.dim() == 0 ? std::string("rank 0") : "shape " + shape_str(x));
 }
 
 void check_weight(const Tensor& x, const Tensor& w) {
@@ -93,12 +109,13 @@ void check_weight(const Tensor& x, const Tensor& w) {
   const int64_t cols = x.size(x.dim() - 1);
   if (w.dim() != 1 || w.size(0) != cols)
     fail(kRMSNorm, "W",
-         "1-D tensor of length " + std::to_string(cols) + " (last dim of X)",
+         opforge::kernels::kRMSNormWeightExpected + std::to_string(cols) +
+             opforge::kernels::kRMSNormWeightSuffix,
          "shape " + shape_str(w));
 }
 
 void check_rank(const Tensor& x) {
-  if (x.dim() < 1) fail(kRMSNorm, "X", "a tensor of rank >= 1", "rank 0");
+  if (x.dim() < 1) fail(kRMSNorm, "X", opforge::kernels::kRankAtLeast1, "rank 0");
 }
 
 // The shared attribute rule (finite once rounded to the float32 the kernels use).
@@ -142,6 +159,38 @@ void check_rms_norm_backward(Backend backend, const Tensor& dy, const Tensor& x,
   check_rms_norm(backend, x, w, epsilon);
   check_same_dtype(kRMSNorm, "dY", dy, "X", x);
   check_same_shape(kRMSNorm, "dY", dy, "X", x);
+}
+
+void check_swiglu(Backend backend, const Tensor& x, double beta) {
+  check_backend_device(backend, kSwiGLU, x);
+  check_dtype(backend, kSwiGLU, "X", x);
+  check_swiglu_shape(x);
+  check_attr(opforge::kernels::kSwiGLUBeta, beta);
+}
+
+void check_swiglu_backward(Backend backend, const Tensor& dy, const Tensor& x, double beta) {
+  check_same_device(kSwiGLU, "dY", dy, "X", x);
+  check_swiglu(backend, x, beta);
+  check_same_dtype(kSwiGLU, "dY", dy, "X", x);
+  check_shape(kSwiGLU, "dY", dy, swiglu_output_shape(x), "Y");
+}
+
+void check_out(const char* op, const Tensor& out, const Tensor& x, const std::vector<int64_t>& shape) {
+  check_same_device(op, "out", out, "X", x);
+  check_same_dtype(op, "out", out, "X", x);
+  check_shape(op, "out", out, shape, "Y");
+}
+
+std::vector<int64_t> shape_of(const Tensor& t) {
+  std::vector<int64_t> shape(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) shape[d] = t.size(d);
+  return shape;
+}
+
+std::vector<int64_t> swiglu_output_shape(const Tensor& x) {
+  std::vector<int64_t> shape = shape_of(x);
+  shape.back() /= 2;
+  return shape;
 }
 
 RowShape row_shape(const Tensor& x) {

@@ -33,10 +33,8 @@ T* out(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
 
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(cols, 1)); }
 
-Tensor swish(const Tensor& x_in, double beta) {
-  check_swish(Backend::CPU, x_in, beta);
-  const Tensor x = torch::stable::contiguous(x_in);
-  Tensor y = torch::stable::new_empty(x, x.sizes());
+// y: contiguous, X's shape.
+void swish_into(const Tensor& x, double beta, Tensor& y) {
   dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     const T* xp = in<T>(x);
@@ -45,7 +43,67 @@ Tensor swish(const Tensor& x_in, double beta) {
       k::swish_forward<T>(xp + b, yp + b, e - b, static_cast<float>(beta));
     });
   });
+}
+
+Tensor swish(const Tensor& x_in, double beta) {
+  check_swish(Backend::CPU, x_in, beta);
+  const Tensor x = torch::stable::contiguous(x_in);
+  Tensor y = torch::stable::new_empty(x, x.sizes());
+  swish_into(x, beta, y);
   return y;
+}
+
+Tensor swish_out(const Tensor& x_in, double beta, Tensor out) {
+  check_swish(Backend::CPU, x_in, beta);
+  check_out(kSwish, out, x_in, shape_of(x_in));
+  const Tensor x = torch::stable::contiguous(x_in);
+  return write_into(out, x, shape_of(x), [&](Tensor& y) { swish_into(x, beta, y); });
+}
+
+// y: contiguous, [..., d] for X [..., 2d].
+void swiglu_into(const Tensor& x, double beta, Tensor& y) {
+  const RowShape s = row_shape(x);
+  const int64_t d = s.cols / 2;
+  dispatch(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = in<T>(x);
+    T* yp = out<T>(y);
+    torch::stable::parallel_for(0, s.rows, row_grain(s.cols), [&](int64_t b, int64_t e) {
+      k::swiglu_forward<T>(xp, yp, b, e, d, static_cast<float>(beta));
+    });
+  });
+}
+
+Tensor swiglu(const Tensor& x_in, double beta) {
+  check_swiglu(Backend::CPU, x_in, beta);
+  const Tensor x = torch::stable::contiguous(x_in);
+  Tensor y = torch::stable::new_empty(x, swiglu_output_shape(x));
+  swiglu_into(x, beta, y);
+  return y;
+}
+
+Tensor swiglu_out(const Tensor& x_in, double beta, Tensor out) {
+  check_swiglu(Backend::CPU, x_in, beta);
+  check_out(kSwiGLU, out, x_in, swiglu_output_shape(x_in));
+  const Tensor x = torch::stable::contiguous(x_in);
+  return write_into(out, x, swiglu_output_shape(x), [&](Tensor& y) { swiglu_into(x, beta, y); });
+}
+
+Tensor swiglu_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
+  check_swiglu_backward(Backend::CPU, dy_in, x_in, beta);
+  const Tensor x = torch::stable::contiguous(x_in);
+  const Tensor dy = torch::stable::contiguous(dy_in);
+  Tensor dx = torch::stable::new_empty(x, x.sizes());
+  const RowShape s = row_shape(x);
+  dispatch(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    const T *dyp = in<T>(dy), *xp = in<T>(x);
+    T* dxp = out<T>(dx);
+    torch::stable::parallel_for(0, s.rows, row_grain(s.cols), [&](int64_t b, int64_t e) {
+      k::swiglu_backward<T>(dyp, xp, dxp, b, e, s.cols / 2, static_cast<float>(beta));
+    });
+  });
+  return dx;
 }
 
 Tensor swish_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
@@ -64,11 +122,7 @@ Tensor swish_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
   return dx;
 }
 
-Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double epsilon) {
-  check_rms_norm(Backend::CPU, x_in, w_in, epsilon);
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor w = torch::stable::contiguous(w_in);
-  Tensor y = torch::stable::new_empty(x, x.sizes());
+void rms_norm_into(const Tensor& x, const Tensor& w, double epsilon, Tensor& y) {
   const RowShape s = row_shape(x);
   dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
@@ -78,7 +132,23 @@ Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double epsilon) {
       k::rms_norm_forward<T>(xp, wp, yp, b, e, s.cols, static_cast<float>(epsilon));
     });
   });
+}
+
+Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double epsilon) {
+  check_rms_norm(Backend::CPU, x_in, w_in, epsilon);
+  const Tensor x = torch::stable::contiguous(x_in);
+  const Tensor w = torch::stable::contiguous(w_in);
+  Tensor y = torch::stable::new_empty(x, x.sizes());
+  rms_norm_into(x, w, epsilon, y);
   return y;
+}
+
+Tensor rms_norm_out(const Tensor& x_in, const Tensor& w_in, double epsilon, Tensor out) {
+  check_rms_norm(Backend::CPU, x_in, w_in, epsilon);
+  check_out(kRMSNorm, out, x_in, shape_of(x_in));
+  const Tensor x = torch::stable::contiguous(x_in);
+  const Tensor w = torch::stable::contiguous(w_in);
+  return write_into(out, x, shape_of(x), [&](Tensor& y) { rms_norm_into(x, w, epsilon, y); });
 }
 
 // dX per row; dW as per-block partial sums (float, double for double) reduced by torch::stable::sum.
@@ -121,6 +191,11 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& 
 STABLE_TORCH_LIBRARY_IMPL(opforge, CPU, m) {
   m.impl("swish", TORCH_BOX(&opforge_torch::swish));
   m.impl("swish_backward", TORCH_BOX(&opforge_torch::swish_backward));
+  m.impl("swish.out", TORCH_BOX(&opforge_torch::swish_out));
+  m.impl("swiglu", TORCH_BOX(&opforge_torch::swiglu));
+  m.impl("swiglu.out", TORCH_BOX(&opforge_torch::swiglu_out));
+  m.impl("swiglu_backward", TORCH_BOX(&opforge_torch::swiglu_backward));
   m.impl("rms_norm", TORCH_BOX(&opforge_torch::rms_norm));
+  m.impl("rms_norm.out", TORCH_BOX(&opforge_torch::rms_norm_out));
   m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
 }

@@ -40,18 +40,74 @@ void check_launch(const char* op, cudaError_t err) {
   if (err != cudaSuccess) fail(op, "CUDA kernel launch", "cudaSuccess", cudaGetErrorString(err));
 }
 
-Tensor swish(const Tensor& x_in, double beta) {
-  check_swish(Backend::CUDA, x_in, beta);
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  Tensor y = torch::stable::new_empty(x, x.sizes());
+// y: contiguous, X's shape; the caller holds the device guard.
+void swish_into(const Tensor& x, double beta, Tensor& y) {
   // An empty launch grid is a CUDA error, and there is nothing to compute.
   if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     check_launch(kSwish, k::swish_forward<T>(in<T>(x), out<T>(y), x.numel(),
                                              static_cast<float>(beta), current_stream(x)));
   });
+}
+
+Tensor swish(const Tensor& x_in, double beta) {
+  check_swish(Backend::CUDA, x_in, beta);
+  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+  const Tensor x = torch::stable::contiguous(x_in);
+  Tensor y = torch::stable::new_empty(x, x.sizes());
+  swish_into(x, beta, y);
   return y;
+}
+
+Tensor swish_out(const Tensor& x_in, double beta, Tensor out) {
+  check_swish(Backend::CUDA, x_in, beta);
+  check_out(kSwish, out, x_in, shape_of(x_in));
+  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+  const Tensor x = torch::stable::contiguous(x_in);
+  return write_into(out, x, shape_of(x), [&](Tensor& y) { swish_into(x, beta, y); });
+}
+
+// y: contiguous [..., d] for X [..., 2d].
+void swiglu_into(const Tensor& x, double beta, Tensor& y) {
+  const RowShape s = row_shape(x);
+  if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    check_launch(kSwiGLU, k::swiglu_forward<T>(in<T>(x), out<T>(y), s.rows, s.cols / 2,
+                                               static_cast<float>(beta), current_stream(x)));
+  });
+}
+
+Tensor swiglu(const Tensor& x_in, double beta) {
+  check_swiglu(Backend::CUDA, x_in, beta);
+  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+  const Tensor x = torch::stable::contiguous(x_in);
+  Tensor y = torch::stable::new_empty(x, swiglu_output_shape(x));
+  swiglu_into(x, beta, y);
+  return y;
+}
+
+Tensor swiglu_out(const Tensor& x_in, double beta, Tensor out) {
+  check_swiglu(Backend::CUDA, x_in, beta);
+  check_out(kSwiGLU, out, x_in, swiglu_output_shape(x_in));
+  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+  const Tensor x = torch::stable::contiguous(x_in);
+  return write_into(out, x, swiglu_output_shape(x), [&](Tensor& y) { swiglu_into(x, beta, y); });
+}
+
+Tensor swiglu_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
+  check_swiglu_backward(Backend::CUDA, dy_in, x_in, beta);
+  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+  const Tensor x = torch::stable::contiguous(x_in);
+  const Tensor dy = torch::stable::contiguous(dy_in);
+  Tensor dx = torch::stable::new_empty(x, x.sizes());
+  const RowShape s = row_shape(x);
+  if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    check_launch(kSwiGLU, k::swiglu_backward<T>(in<T>(dy), in<T>(x), out<T>(dx), s.rows,
+                                                s.cols / 2, static_cast<float>(beta),
+                                                current_stream(x)));
+  });
+  return dx;
 }
 
 Tensor swish_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
@@ -68,19 +124,32 @@ Tensor swish_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
   return dx;
 }
 
-Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double epsilon) {
-  check_rms_norm(Backend::CUDA, x_in, w_in, epsilon);
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor w = torch::stable::contiguous(w_in);
-  Tensor y = torch::stable::new_empty(x, x.sizes());
+void rms_norm_into(const Tensor& x, const Tensor& w, double epsilon, Tensor& y) {
   const RowShape s = row_shape(x);
   if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     check_launch(kRMSNorm, k::rms_norm_forward<T>(in<T>(x), in<T>(w), out<T>(y), s.rows, s.cols,
                                                   static_cast<float>(epsilon), current_stream(x)));
   });
+}
+
+Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double epsilon) {
+  check_rms_norm(Backend::CUDA, x_in, w_in, epsilon);
+  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+  const Tensor x = torch::stable::contiguous(x_in);
+  const Tensor w = torch::stable::contiguous(w_in);
+  Tensor y = torch::stable::new_empty(x, x.sizes());
+  rms_norm_into(x, w, epsilon, y);
   return y;
+}
+
+Tensor rms_norm_out(const Tensor& x_in, const Tensor& w_in, double epsilon, Tensor out) {
+  check_rms_norm(Backend::CUDA, x_in, w_in, epsilon);
+  check_out(kRMSNorm, out, x_in, shape_of(x_in));
+  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+  const Tensor x = torch::stable::contiguous(x_in);
+  const Tensor w = torch::stable::contiguous(w_in);
+  return write_into(out, x, shape_of(x), [&](Tensor& y) { rms_norm_into(x, w, epsilon, y); });
 }
 
 // dW accumulates in float32 (atomics in the kernel), then is cast to W's dtype.
@@ -110,6 +179,11 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& 
 STABLE_TORCH_LIBRARY_IMPL(opforge, CUDA, m) {
   m.impl("swish", TORCH_BOX(&opforge_torch::swish));
   m.impl("swish_backward", TORCH_BOX(&opforge_torch::swish_backward));
+  m.impl("swish.out", TORCH_BOX(&opforge_torch::swish_out));
+  m.impl("swiglu", TORCH_BOX(&opforge_torch::swiglu));
+  m.impl("swiglu.out", TORCH_BOX(&opforge_torch::swiglu_out));
+  m.impl("swiglu_backward", TORCH_BOX(&opforge_torch::swiglu_backward));
   m.impl("rms_norm", TORCH_BOX(&opforge_torch::rms_norm));
+  m.impl("rms_norm.out", TORCH_BOX(&opforge_torch::rms_norm_out));
   m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
 }

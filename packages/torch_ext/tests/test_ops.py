@@ -89,7 +89,7 @@ def test_torch_export_keeps_one_node_per_call():
 @pytest.mark.parametrize("case", [c for op in spec.OPS.values() for c in op.bad_cases()],
                          ids=lambda c: c.name)
 def test_spec_bad_cases_raise_runtime_error(case):
-    op = spec.SWISH if case.mentions[0] == "opforge.Swish" else spec.RMS_NORM
+    op = spec.OPS[case.mentions[0].removeprefix("opforge.")]
     inputs = [torch.from_numpy(a) for a in case.inputs]
     with pytest.raises(RuntimeError) as info:
         run_op(op, inputs, case.attrs)
@@ -147,3 +147,18 @@ def test_cuda_dtypes_and_autograd():
         assert x.grad.dtype == dtype and w.grad.dtype == dtype
     with pytest.raises(RuntimeError, match="float32, float16 or bfloat16 tensor on CUDA, got float64"):
         opforge_torch.swish(torch.ones(2, device="cuda", dtype=torch.float64))
+
+
+@pytest.mark.parametrize("op", spec.OPS.values(), ids=list(spec.OPS))
+def test_layer_defaults_are_the_spec_defaults(op):
+    """Called without the attribute, the schema's default applies: the spec's, and not ignored."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 2 * 8)
+    inputs = (x, torch.rand(16) + 0.5) if op is spec.RMS_NORM else (x,)
+    fn = getattr(torch.ops.opforge, op.torch_name)
+    wrapper = getattr(opforge_torch, op.torch_name)
+    ((name, attr),) = op.attributes.items()
+    torch.testing.assert_close(fn(*inputs), fn(*inputs, attr.default), rtol=0, atol=0)
+    torch.testing.assert_close(wrapper(*inputs), fn(*inputs, attr.default), rtol=0, atol=0)
+    other = attr.default * 3 + 0.5
+    assert not torch.equal(fn(*inputs), fn(*inputs, other)), f"{op.name}: {name} has no effect"

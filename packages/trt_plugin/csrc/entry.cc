@@ -11,7 +11,8 @@
 namespace {
 opforge_trt::Creator g_swish(opforge_trt::kSwish);
 opforge_trt::Creator g_rms_norm(opforge_trt::kRMSNorm);
-nvinfer1::IPluginCreatorInterface* const g_creators[] = {&g_swish, &g_rms_norm};
+opforge_trt::Creator g_swiglu(opforge_trt::kSwiGLU);
+nvinfer1::IPluginCreatorInterface* const g_creators[] = {&g_swish, &g_rms_norm, &g_swiglu};
 }  // namespace
 
 OPFORGE_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) noexcept {

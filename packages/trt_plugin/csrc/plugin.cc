@@ -105,8 +105,8 @@ int32_t Plugin::getOutputDataTypes(DataType* outputTypes, int32_t nbOutputs, con
 
 int32_t Plugin::getOutputShapes(const nvinfer1::DimsExprs* inputs, int32_t nbInputs, const nvinfer1::DimsExprs*,
                                 int32_t, nvinfer1::DimsExprs* outputs, int32_t nbOutputs,
-                                nvinfer1::IExprBuilder&) noexcept {
-  // A pure function of the input dims: Y has X's shape. Constant extents are checked too.
+                                nvinfer1::IExprBuilder& builder) noexcept {
+  // A pure function of the input dims. Constant extents are checked too.
   if (check_counts(nbInputs, nbOutputs) != 0) return -1;
   Dims known[2]{};
   for (int32_t i = 0; i < nbInputs; ++i) {
@@ -117,8 +117,12 @@ int32_t Plugin::getOutputShapes(const nvinfer1::DimsExprs* inputs, int32_t nbInp
     }
   }
   if (check_dims(known) != 0) return -1;
-  outputs[0] = inputs[0];
+  output_dims(inputs[0], outputs[0], builder);
   return 0;
+}
+
+void Plugin::output_dims(const nvinfer1::DimsExprs& x, nvinfer1::DimsExprs& y, nvinfer1::IExprBuilder&) const noexcept {
+  y = x;
 }
 
 bool Plugin::supportsFormatCombination(int32_t pos, const nvinfer1::DynamicPluginTensorDesc* inOut, int32_t nbInputs,
@@ -189,14 +193,14 @@ int32_t RMSNormPlugin::check_dims(const Dims* inputs) const noexcept {
   const Dims& x = inputs[0];
   const Dims& w = inputs[1];
   if (x.nbDims < 1) {
-    report(spec().name, "X", "tensor of rank >= 1", "a rank-0 tensor (scalar)");
+    report(spec().name, "X", opforge::kernels::kRankAtLeast1, "a rank-0 tensor (scalar)");
     return -1;
   }
   const int64_t cols = x.d[x.nbDims - 1];
   const bool length_known = cols >= 0 && w.nbDims == 1 && w.d[0] >= 0;
   if (w.nbDims != 1 || (length_known && w.d[0] != cols)) {
     const std::string expected =
-        cols >= 0 ? "1-D tensor of length " + std::to_string(cols) + " (last dim of X)"
+        cols >= 0 ? opforge::kernels::kRMSNormWeightExpected + std::to_string(cols) + opforge::kernels::kRMSNormWeightSuffix
                   : std::string("1-D tensor (length = last dim of X)");
     report(spec().name, "W", expected, "shape " + dims_str(w));
     return -1;
@@ -214,5 +218,36 @@ cudaError_t RMSNormPlugin::launch(cuda::Element type, const nvinfer1::PluginTens
 }
 
 Plugin* RMSNormPlugin::copy() const noexcept { return new (std::nothrow) RMSNormPlugin(attribute()); }
+
+// ---- SwiGLU ---------------------------------------------------------------------------------
+
+int32_t SwiGLUPlugin::check_dims(const Dims* inputs) const noexcept {
+  const Dims& x = inputs[0];
+  const int64_t last = x.nbDims >= 1 ? x.d[x.nbDims - 1] : 0;
+  // -1: not known at build time, checked again with the real dims in configurePlugin/onShapeChange
+  if (x.nbDims < 1 || (last != -1 && (last < 2 || last % 2 != 0))) {
+    report(spec().name, "X", opforge::kernels::kSwiGLUXExpected, x.nbDims < 1 ? "rank 0" : "shape " + dims_str(x));
+    return -1;
+  }
+  return 0;
+}
+
+void SwiGLUPlugin::output_dims(const nvinfer1::DimsExprs& x, nvinfer1::DimsExprs& y,
+                               nvinfer1::IExprBuilder& builder) const noexcept {
+  y = x;
+  const int32_t last = x.nbDims - 1;
+  y.d[last] = builder.operation(nvinfer1::DimensionOperation::kFLOOR_DIV, *x.d[last], *builder.constant(2));
+}
+
+cudaError_t SwiGLUPlugin::launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc,
+                                 const void* const* inputs, void* output, cudaStream_t stream) const noexcept {
+  const Dims& x = inputDesc[0].dims;
+  const int64_t cols = x.d[x.nbDims - 1];
+  const int64_t n = volume(x);
+  if (n == 0) return cudaSuccess;
+  return cuda::swiglu(type, inputs[0], output, n / cols, cols / 2, attribute(), stream);
+}
+
+Plugin* SwiGLUPlugin::copy() const noexcept { return new (std::nothrow) SwiGLUPlugin(attribute()); }
 
 }  // namespace opforge_trt

@@ -1,6 +1,6 @@
-// IPluginV3 plugins for the opforge ops. One base class carries what both ops share (one float
-// attribute, one output shaped like X, LINEAR float/half/bf16 tensors, serialization as fields);
-// SwishPlugin and RMSNormPlugin add their input checks and their kernel launch.
+// IPluginV3 plugins for the opforge ops. One base class carries what the ops share (one float
+// attribute, one output, LINEAR float/half/bf16 tensors, serialization as fields); SwishPlugin,
+// RMSNormPlugin and SwiGLUPlugin add their input checks, their output shape and their kernel launch.
 #pragma once
 
 #include <NvInferRuntime.h>
@@ -22,16 +22,13 @@ constexpr char kPluginVersion[] = "1";
 constexpr int32_t kFormatVersion = OPFORGE_TRT_FORMAT_VERSION;
 constexpr char kFormatField[] = "format_version";
 
-struct OpSpec {
-  const char* name;                          // plugin name = ONNX op_type
-  const opforge::kernels::AttrSpec* attr;    // field name = ONNX attribute name, default, valid range
-  int32_t nb_inputs;
-  const char* inputs;                        // for messages: "X" / "X, W"
-};
-
-// constexpr: initialized before any static constructor (the creators in entry.cc point at them).
-inline constexpr OpSpec kSwish{"Swish", &opforge::kernels::kSwishBeta, 1, "X"};
-inline constexpr OpSpec kRMSNorm{"RMSNorm", &opforge::kernels::kRMSNormEpsilon, 2, "X, W"};
+// The descriptors generated from opforge_spec: plugin name = ONNX op_type, its one field = the ONNX
+// attribute (name, default, valid range), the inputs. constexpr: initialized before any static
+// constructor (the creators in entry.cc point at them).
+using OpSpec = opforge::kernels::OpDesc;
+inline constexpr const OpSpec& kSwish = opforge::kernels::kSwishOp;
+inline constexpr const OpSpec& kRMSNorm = opforge::kernels::kRMSNormOp;
+inline constexpr const OpSpec& kSwiGLU = opforge::kernels::kSwiGLUOp;
 
 class Plugin : public nvinfer1::IPluginV3,
                public nvinfer1::IPluginV3OneCore,
@@ -78,6 +75,9 @@ class Plugin : public nvinfer1::IPluginV3,
   virtual cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc,
                              const void* const* inputs, void* output, cudaStream_t stream) const noexcept = 0;
   virtual Plugin* copy() const noexcept = 0;
+  // Y's dims from X's (symbolic) dims; X's shape unless the op says otherwise.
+  virtual void output_dims(const nvinfer1::DimsExprs& x, nvinfer1::DimsExprs& y,
+                           nvinfer1::IExprBuilder& builder) const noexcept;
 
  private:
   int32_t check_counts(int32_t nbInputs, int32_t nbOutputs) const noexcept;
@@ -110,6 +110,20 @@ class RMSNormPlugin final : public Plugin {
   cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc, const void* const* inputs,
                      void* output, cudaStream_t stream) const noexcept override;
   Plugin* copy() const noexcept override;
+};
+
+// X [..., 2d] -> Y [..., d]
+class SwiGLUPlugin final : public Plugin {
+ public:
+  explicit SwiGLUPlugin(float beta) : Plugin(kSwiGLU, beta) {}
+
+ protected:
+  int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept override;
+  cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc, const void* const* inputs,
+                     void* output, cudaStream_t stream) const noexcept override;
+  Plugin* copy() const noexcept override;
+  void output_dims(const nvinfer1::DimsExprs& x, nvinfer1::DimsExprs& y,
+                   nvinfer1::IExprBuilder& builder) const noexcept override;
 };
 
 // One creator per op. getFieldNames() declares the op's attribute only (what TensorRT's ONNX

@@ -1,5 +1,5 @@
 // The attribute rule every opforge layer applies (torch, ONNX Runtime, TensorRT, loader plugins),
-// with the canonical error text. Host-only. The Python twin is opforge_spec.ops (Attr.check,
+// with the canonical error text, and the op descriptors generated from the spec. Host-only. The Python twin is opforge_spec.ops (Attr.check,
 // error, format_number); kernels/tests checks that both give the same verdict and message.
 //
 // Attributes are float32 (ONNX AttributeProto.f and every kernel), but torch and TensorRT hand
@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -27,10 +28,17 @@ struct AttrSpec {
   const char* name;    // "beta"
   double default_value;
   AttrRange range;
+  const char* doc;
 };
 
-inline constexpr AttrSpec kSwishBeta{"Swish", "beta", 1.0, AttrRange::kAnyFinite};
-inline constexpr AttrSpec kRMSNormEpsilon{"RMSNorm", "epsilon", 1e-6, AttrRange::kFiniteNonNegative};
+struct OpDesc {
+  const char* name;        // ONNX op_type, TensorRT plugin name
+  const char* torch_name;  // torch.ops.opforge.<torch_name>
+  int32_t nb_inputs;
+  const char* inputs;      // for messages: "X" / "X, W"
+  const AttrSpec* attr;    // the op's one float attribute
+  const char* doc;
+};
 
 inline const char* attr_expectation(AttrRange range) {
   return range == AttrRange::kFiniteNonNegative ? "a finite float32 >= 0" : "a finite float32";
@@ -61,3 +69,6 @@ inline std::string attr_error(const AttrSpec& attr, double value) {
 }
 
 }  // namespace opforge::kernels
+
+// kSwishBeta, kSwishOp, ...: the descriptors generated from opforge_spec.
+#include "opforge/kernels/ops_generated.h"

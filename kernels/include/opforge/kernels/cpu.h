@@ -60,25 +60,25 @@ OPFORGE_ALWAYS_INLINE float float_of(uint32_t u) {
 }
 
 OPFORGE_ALWAYS_INLINE float load(float v) { return v; }
+OPFORGE_ALWAYS_INLINE double load(double v) { return v; }
 OPFORGE_ALWAYS_INLINE float load(bfloat16 v) { return float_of(uint32_t(v.bits) << 16); }
 
-template <class T>
-OPFORGE_ALWAYS_INLINE T store(float v);
-
-template <>
-OPFORGE_ALWAYS_INLINE float store<float>(float v) {
-  return v;
+// Storage from the compute type (float for float/bfloat16, double for double).
+template <class T, class V>
+OPFORGE_ALWAYS_INLINE T store(V v) {
+  return static_cast<T>(v);
 }
 
 // Round to nearest even; NaN stays a (quiet) NaN.
 template <>
-OPFORGE_ALWAYS_INLINE bfloat16 store<bfloat16>(float v) {
+OPFORGE_ALWAYS_INLINE bfloat16 store<bfloat16, float>(float v) {
   const uint32_t u = bits_of(v);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   return bfloat16{static_cast<uint16_t>(v != v ? 0x7fc0u : rounded)};
 }
 
-// exp(x) for x <= 0, ~1 ulp, branchless (Cody-Waite reduction + degree-6 polynomial).
+// exp(x) for x <= 0, ~1 ulp, branchless: Cody-Waite reduction x = n*ln2 + r, |r| <= ln2/2, and a
+// degree-6 minimax polynomial for e^r (relative error 1.9e-9, below float32 rounding; six FMAs).
 // Below ln(FLT_MIN) the result flushes to 0, which is what sigmoid needs for |t| up to 1e4 and
 // beyond; NaN propagates.
 OPFORGE_ALWAYS_INLINE float exp_nonpositive(float x) {
@@ -87,20 +87,23 @@ OPFORGE_ALWAYS_INLINE float exp_nonpositive(float x) {
   const float rounder = 12582912.0f;  // 1.5 * 2^23: adding and subtracting rounds to an integer
   const float n = (xc * 1.44269504088896341f + rounder) - rounder;
   const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float e = p * r * r + r + 1.0f;
+  float p = 1.38414046e-3f;
+  p = p * r + 8.37484188e-3f;
+  p = p * r + 4.16681431e-2f;
+  p = p * r + 1.66664198e-1f;
+  p = p * r + 4.99999911e-1f;
+  p = p * r + 1.0f;
+  const float e = p * r + 1.0f;
   const float scale = float_of(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
   const float result = e * scale;
   return x < lowest ? 0.0f : result;
 }
 
 OPFORGE_ALWAYS_INLINE float fast_sigmoid(float t) {
-  const float e = exp_nonpositive(t < 0.0f ? t : -t);
+  const float e = exp_nonpositive(float_of(bits_of(t) | 0x80000000u));  // -|t|, NaN stays NaN
+  // A true division on purpose: it runs on the divider, beside the FMA ports this loop saturates.
+  // A division-free reciprocal (quadratic start + two Newton steps, same accuracy) adds six FMAs
+  // and measured 20-25% slower (AVX-512 clone 0.36 vs 0.29 ns/element, AVX2 0.66 vs 0.53).
   const float r = 1.0f / (1.0f + e);
   return t >= 0.0f ? r : e * r;
 }
@@ -111,6 +114,13 @@ OPFORGE_ALWAYS_INLINE float fast_swish_grad(float dy, float x, float beta) {
   const float s = fast_sigmoid(beta * x);
   return dy * (s + beta * x * s * (1.0f - s));
 }
+
+// float64 is computed exactly (math.h, libm exp and a true division): it serves gradient checks.
+OPFORGE_ALWAYS_INLINE double fast_swish(double x, float beta) { return swish(x, double(beta)); }
+OPFORGE_ALWAYS_INLINE double fast_swish_grad(double dy, double x, float beta) {
+  return swish_grad(dy, x, double(beta));
+}
+OPFORGE_ALWAYS_INLINE double fast_sigmoid(double t) { return sigmoid(t); }
 
 constexpr int kLanes = 16;
 
@@ -160,13 +170,55 @@ OPFORGE_ALWAYS_INLINE void swish_backward_loop(const T* dy, const T* x, T* dx, i
   for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(fast_swish_grad(load(dy[i]), load(x[i]), beta));
 }
 
+// Rows of X [rows, 2d] -> Y [rows, d]: Y = swish(A, beta) * B with A = X[:, :d], B = X[:, d:].
+template <class T>
+OPFORGE_ALWAYS_INLINE void swiglu_forward_loop(const T* a, T* y, int64_t d, float beta) {
+  const T* b = a + d;
+  for (int64_t j = 0; j < d; ++j) y[j] = store<T>(fast_swish(load(a[j]), beta) * load(b[j]));
+}
+
+// dA = dY * B * swish'(A), dB = dY * swish(A), for one row.
+template <class T>
+OPFORGE_ALWAYS_INLINE void swiglu_backward_loop(const T* dy, const T* a, T* da, int64_t d,
+                                                float beta) {
+  const T* b = a + d;
+  T* db = da + d;
+  for (int64_t j = 0; j < d; ++j) {
+    const auto av = load(a[j]);
+    const auto g = load(dy[j]);
+    const auto s = fast_sigmoid(beta * av);
+    da[j] = store<T>(g * load(b[j]) * (s + beta * av * s * (1 - s)));
+    db[j] = store<T>(g * (av * s));
+  }
+}
+
+template <class T>
+OPFORGE_ALWAYS_INLINE void swiglu_forward_rows(const T* x, T* y, int64_t row_begin,
+                                               int64_t row_end, int64_t d, float beta) {
+  for (int64_t row = row_begin; row < row_end; ++row)
+    swiglu_forward_loop(x + row * 2 * d, y + row * d, d, beta);
+}
+
+template <class T>
+OPFORGE_ALWAYS_INLINE void swiglu_backward_rows(const T* dy, const T* x, T* dx, int64_t row_begin,
+                                                int64_t row_end, int64_t d, float beta) {
+  for (int64_t row = row_begin; row < row_end; ++row)
+    swiglu_backward_loop(dy + row * d, x + row * 2 * d, dx + row * 2 * d, d, beta);
+}
+
+// One row formula for every storage type: C is the compute type (float, double for double);
+// the sums run in double lanes either way, so they cannot overflow.
+template <class T>
+using compute_t = decltype(load(T{}));
+
 template <class T>
 OPFORGE_ALWAYS_INLINE void rms_norm_forward_rows(const T* x, const T* w, T* y, int64_t row_begin,
                                                  int64_t row_end, int64_t cols, float eps) {
+  using C = compute_t<T>;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const T* xr = x + row * cols;
     T* yr = y + row * cols;
-    const float inv = static_cast<float>(rms_inverse(sum_squares(xr, cols) / double(cols), double(eps)));
+    const C inv = static_cast<C>(rms_inverse(sum_squares(xr, cols) / double(cols), double(eps)));
     for (int64_t j = 0; j < cols; ++j) yr[j] = store<T>(load(xr[j]) * inv * load(w[j]));
   }
 }
@@ -175,16 +227,17 @@ template <class T, class Acc>
 OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const T* w, T* dx,
                                                   Acc* dw_acc, int64_t row_begin, int64_t row_end,
                                                   int64_t cols, float eps) {
+  using C = compute_t<T>;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t base = row * cols;
     const double inv_d = rms_inverse(sum_squares(x + base, cols) / double(cols), double(eps));
-    const float inv = static_cast<float>(inv_d);
+    const C inv = static_cast<C>(inv_d);
     // d/dx_i of x_i*inv*w_i summed with dy: inv*dy_i*w_i - x_i*inv^3*mean(dy*w*x)
-    const float coef = static_cast<float>(inv_d * inv_d * inv_d *
-                                          dot_gw_x(dy + base, w, x + base, cols) / double(cols));
+    const C coef = static_cast<C>(inv_d * inv_d * inv_d *
+                                  dot_gw_x(dy + base, w, x + base, cols) / double(cols));
     for (int64_t j = 0; j < cols; ++j) {
-      const float xv = load(x[base + j]);
-      const float dyv = load(dy[base + j]);
+      const C xv = load(x[base + j]);
+      const C dyv = load(dy[base + j]);
       dx[base + j] = store<T>(inv * dyv * load(w[j]) - xv * coef);
       dw_acc[j] += static_cast<Acc>(dyv * xv * inv);
     }
@@ -199,6 +252,14 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
   OPFORGE_CPU_ENTRY void swish_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t n,   \
                                                      float beta) {                                \
     swish_backward_loop(dy, x, dx, n, beta);                                                      \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void swiglu_forward_##SUFFIX(const T* x, T* y, int64_t r0, int64_t r1,    \
+                                                     int64_t d, float beta) {                     \
+    swiglu_forward_rows(x, y, r0, r1, d, beta);                                                   \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void swiglu_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t r0, \
+                                                      int64_t r1, int64_t d, float beta) {        \
+    swiglu_backward_rows(dy, x, dx, r0, r1, d, beta);                                             \
   }                                                                                               \
   OPFORGE_CPU_ENTRY void rms_norm_forward_##SUFFIX(const T* x, const T* w, T* y, int64_t r0,  \
                                                        int64_t r1, int64_t cols, float eps) {     \
@@ -217,16 +278,24 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
 
 OPFORGE_DEFINE_CPU_ENTRIES(float, f32)
 OPFORGE_DEFINE_CPU_ENTRIES(bfloat16, bf16)
+OPFORGE_DEFINE_CPU_ENTRIES(double, f64)
 #undef OPFORGE_DEFINE_CPU_ENTRIES
 
 }  // namespace detail
 
 // ---- public API ------------------------------------------------------------------------------
+// Elementwise ops take a flat range; row ops take rows [row_begin, row_end) of a contiguous
+// [rows, cols] tensor (SwiGLU: X is [rows, 2d], Y is [rows, d]).
 
 template <class T>
 void swish_forward(const T* x, T* y, int64_t n, float beta);
 template <class T>
 void swish_backward(const T* dy, const T* x, T* dx, int64_t n, float beta);
+template <class T>
+void swiglu_forward(const T* x, T* y, int64_t row_begin, int64_t row_end, int64_t d, float beta);
+template <class T>
+void swiglu_backward(const T* dy, const T* x, T* dx, int64_t row_begin, int64_t row_end,
+                     int64_t d, float beta);
 template <class T>
 void rms_norm_forward(const T* x, const T* w, T* y, int64_t row_begin, int64_t row_end,
                       int64_t cols, float eps);
@@ -242,6 +311,16 @@ void rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, Acc* dw_acc, 
   template <>                                                                                      \
   inline void swish_backward<T>(const T* dy, const T* x, T* dx, int64_t n, float beta) {           \
     detail::swish_backward_##SUFFIX(dy, x, dx, n, beta);                                           \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void swiglu_forward<T>(const T* x, T* y, int64_t r0, int64_t r1, int64_t d,               \
+                                float beta) {                                                      \
+    detail::swiglu_forward_##SUFFIX(x, y, r0, r1, d, beta);                                        \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void swiglu_backward<T>(const T* dy, const T* x, T* dx, int64_t r0, int64_t r1,           \
+                                 int64_t d, float beta) {                                          \
+    detail::swiglu_backward_##SUFFIX(dy, x, dx, r0, r1, d, beta);                                  \
   }                                                                                                \
   template <>                                                                                      \
   inline void rms_norm_forward<T>(const T* x, const T* w, T* y, int64_t r0, int64_t r1,            \
@@ -261,51 +340,8 @@ void rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, Acc* dw_acc, 
 
 OPFORGE_BIND_CPU_ENTRIES(float, f32)
 OPFORGE_BIND_CPU_ENTRIES(bfloat16, bf16)
+OPFORGE_BIND_CPU_ENTRIES(double, f64)
 #undef OPFORGE_BIND_CPU_ENTRIES
-
-// float64: scalar math in double (used for gradient checks, not for speed).
-template <>
-inline void swish_forward<double>(const double* x, double* y, int64_t n, float beta) {
-  for (int64_t i = 0; i < n; ++i) y[i] = swish(x[i], double(beta));
-}
-
-template <>
-inline void swish_backward<double>(const double* dy, const double* x, double* dx, int64_t n,
-                                   float beta) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = swish_grad(dy[i], x[i], double(beta));
-}
-
-template <>
-inline void rms_norm_forward<double>(const double* x, const double* w, double* y,
-                                     int64_t row_begin, int64_t row_end, int64_t cols, float eps) {
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const double* xr = x + row * cols;
-    double sum = 0.0;
-    for (int64_t j = 0; j < cols; ++j) sum += xr[j] * xr[j];
-    const double inv = rms_inverse(sum / double(cols), double(eps));
-    for (int64_t j = 0; j < cols; ++j) y[row * cols + j] = xr[j] * inv * w[j];
-  }
-}
-
-template <>
-inline void rms_norm_backward<double, double>(const double* dy, const double* x, const double* w,
-                                              double* dx, double* dw_acc, int64_t row_begin,
-                                              int64_t row_end, int64_t cols, float eps) {
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const int64_t base = row * cols;
-    double sum = 0.0, dot = 0.0;
-    for (int64_t j = 0; j < cols; ++j) {
-      sum += x[base + j] * x[base + j];
-      dot += dy[base + j] * w[j] * x[base + j];
-    }
-    const double inv = rms_inverse(sum / double(cols), double(eps));
-    const double coef = inv * inv * inv * dot / double(cols);
-    for (int64_t j = 0; j < cols; ++j) {
-      dx[base + j] = inv * dy[base + j] * w[j] - x[base + j] * coef;
-      dw_acc[j] += dy[base + j] * x[base + j] * inv;
-    }
-  }
-}
 
 }  // namespace cpu
 }  // namespace opforge::kernels

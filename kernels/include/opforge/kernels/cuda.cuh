@@ -98,6 +98,30 @@ cudaError_t launch_elementwise(Op op, const T* a, const T* b, T* out, int64_t n,
   return cudaGetLastError();
 }
 
+// SwiGLU over Y's n = rows * d elements; X is [rows, 2d] (A = first half of a row, B = second).
+template <class T>
+__global__ void swiglu_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n,
+                                      int64_t d, float beta) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t a = i + (i / d) * d;  // row * 2d + column
+    y[i] = from_float<T>(swiglu(to_float(x[a]), to_float(x[a + d]), beta));
+  }
+}
+
+// dA = dY * B * swish'(A), dB = dY * swish(A)
+template <class T>
+__global__ void swiglu_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                       T* __restrict__ dx, int64_t n, int64_t d, float beta) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t a = i + (i / d) * d;
+    const float av = to_float(x[a]), g = to_float(dy[i]);
+    dx[a] = from_float<T>(swish_grad(g * to_float(x[a + d]), av, beta));
+    dx[a + d] = from_float<T>(g * swish(av, beta));
+  }
+}
+
 // Block-wide sum; every thread gets the result. `scratch` holds one float per warp.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -173,6 +197,24 @@ cudaError_t swish_backward(const T* dy, const T* x, T* dx, int64_t n, float beta
                            cudaStream_t s) {
   return detail::launch_elementwise<T, detail::SwishGradOp, 2>(detail::SwishGradOp{beta}, x, dy,
                                                                dx, n, s);
+}
+
+// X [rows, 2d] -> Y [rows, d]
+template <class T>
+cudaError_t swiglu_forward(const T* x, T* y, int64_t rows, int64_t d, float beta, cudaStream_t s) {
+  if (rows == 0 || d == 0) return cudaSuccess;
+  detail::swiglu_forward_kernel<T><<<detail::grid_for(rows * d, detail::kThreads), detail::kThreads,
+                                     0, s>>>(x, y, rows * d, d, beta);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t swiglu_backward(const T* dy, const T* x, T* dx, int64_t rows, int64_t d, float beta,
+                            cudaStream_t s) {
+  if (rows == 0 || d == 0) return cudaSuccess;
+  detail::swiglu_backward_kernel<T><<<detail::grid_for(rows * d, detail::kThreads),
+                                      detail::kThreads, 0, s>>>(dy, x, dx, rows * d, d, beta);
+  return cudaGetLastError();
 }
 
 template <class T>

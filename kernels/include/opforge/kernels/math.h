@@ -41,6 +41,10 @@ OPFORGE_HD double swish_grad(double dy, double x, double beta) {
   return dy * (s + beta * x * s * (1.0 - s));
 }
 
+// SwiGLU on one (a, b) pair, a from X[..., :d], b from X[..., d:]: Y = swish(a, beta) * b.
+OPFORGE_HD float swiglu(float a, float b, float beta) { return swish(a, beta) * b; }
+OPFORGE_HD double swiglu(double a, double b, double beta) { return swish(a, beta) * b; }
+
 // 1 / sqrt(mean_square + eps); a row of zeros gives 0 (not inf) so that Y is exactly 0 even when
 // eps == 0. A NaN mean_square stays NaN.
 OPFORGE_HD float rms_inverse(float mean_square, float eps) {

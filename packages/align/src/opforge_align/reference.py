@@ -44,7 +44,14 @@ class RMSNorm(_SpecOp):
         return self._compute((x, w), {"epsilon": epsilon})
 
 
-OP_CLASSES = (Swish, RMSNorm)
+class SwiGLU(_SpecOp):
+    spec_op = spec.SWIGLU
+
+    def _run(self, x, beta=None):
+        return self._compute((x,), {"beta": beta})
+
+
+OP_CLASSES = (Swish, RMSNorm, SwiGLU)
 
 
 def run(model, proto, feeds: dict, names: list, *, precision: str = "float64") -> dict:

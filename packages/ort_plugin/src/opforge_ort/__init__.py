@@ -13,9 +13,8 @@ __version__ = "0.1.0"
 __all__ = ["DOMAIN", "DOMAIN_VERSION", "LIBRARY_NAME", "OPS", "ModelError", "build_info", "check_model",
            "inference_session", "library_path", "manifest", "manifest_path", "session_options"]
 
-DOMAIN = "opforge"
-DOMAIN_VERSION = 1
-OPS = ("Swish", "RMSNorm")
+from ._spec_generated import ATTRIBUTES, DOMAIN, DOMAIN_VERSION, OPS  # noqa: F401  (from opforge_spec)
+
 LIBRARY_NAME = "libopforge_ort.so.1"
 _HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import DOMAIN, DOMAIN_VERSION, LIBRARY_NAME, OPS
+from . import ATTRIBUTES, DOMAIN, DOMAIN_VERSION, LIBRARY_NAME, OPS
 
 ENTRY_SYMBOL = "RegisterCustomOps"
 DEFAULT_MIN_API = 17
@@ -218,15 +218,16 @@ def _check_types(report: Report, onnx, model, nodes, provider: str) -> None:
 
 # ---- the session ---------------------------------------------------------------------------
 
+_ATTRIBUTE_NAMES = "|".join(sorted({name for name, _ in ATTRIBUTES.values()}))
 _SESSION_ERRORS = (  # (pattern in ORT's message, code, fix)
     (r"too old|API version \[?\d+\]? is not available", "ort-too-old", "pip install a newer onnxruntime"),
     (r"opforge\.\w+: X: expected", "type-not-supported", "Cast X to a supported type before the node"),
     (r"opforge\.\w+: W: expected", "bad-input", "give W the type of X and length X.shape[-1]"),
-    (r"opforge\.\w+: (beta|epsilon): expected a FLOAT attribute", "bad-attribute",
+    (rf"opforge\.\w+: ({_ATTRIBUTE_NAMES}): expected a FLOAT attribute", "bad-attribute",
      "write the attribute as an ONNX FLOAT (onnx.helper: beta=1.0, not 1, \"1\", a list or a tensor)"),
-    (r"opforge\.\w+: (beta|epsilon): expected", "bad-attribute", "fix the attribute value on the node"),
+    (rf"opforge\.\w+: ({_ATTRIBUTE_NAMES}): expected", "bad-attribute", "fix the attribute value on the node"),
     (r"Type Error|type inferencing error", "type-not-supported", "Cast the input to a supported type"),
-    (r"Could not find an implementation for (Swish|RMSNorm)\((\d+)\)", "domain-version-mismatch",
+    (rf"Could not find an implementation for ({'|'.join(OPS)})\((\d+)\)", "domain-version-mismatch",
      f"export with custom_opsets={{{DOMAIN!r}: {DOMAIN_VERSION}}}"),
     (r"No Op registered for|Could not find an implementation|is not a registered function/op", "op-not-in-domain",
      f"the node's domain/op/version must be {DOMAIN}::{{{','.join(OPS)}}} v{DOMAIN_VERSION}"),

@@ -1,7 +1,7 @@
-"""opforge Swish and RMSNorm as PyTorch operators.
+"""opforge Swish, RMSNorm and SwiGLU as PyTorch operators.
 
 Importing this package loads ``libopforge_torch.so.1`` (which registers ``torch.ops.opforge.swish``,
-``rms_norm`` and their backward ops), then adds fake kernels, autograd and ONNX export symbolics.
+``rms_norm``, ``swiglu``, their ``.out`` overloads and backward ops), then adds fake kernels, autograd and ONNX export symbolics.
 """
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["library_path", "build_info", "swish", "rms_norm"]
+__all__ = ["library_path", "build_info", "swish", "rms_norm", "swiglu"]
 __version__ = "0.1.0"
 
 _HERE = Path(__file__).resolve().parent
@@ -73,4 +73,4 @@ _load()
 
 from . import ops  # noqa: E402  (needs the library's schemas)
 from . import onnx  # noqa: E402,F401  (registers the TorchScript exporter symbolics)
-from .ops import rms_norm, swish  # noqa: E402
+from .ops import rms_norm, swiglu, swish  # noqa: E402

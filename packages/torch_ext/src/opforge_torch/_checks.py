@@ -12,8 +12,9 @@ import torch
 
 import opforge_spec
 
-SWISH = "Swish"
-RMS_NORM = "RMSNorm"
+SWISH = opforge_spec.SWISH.name
+RMS_NORM = opforge_spec.RMS_NORM.name
+SWIGLU = opforge_spec.SWIGLU.name
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
                 torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
@@ -61,12 +62,17 @@ def _same_dtype(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.T
 
 
 def _same_shape(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
-    def message():
-        return opforge_spec.error(op, name, f"shape {_shape(ref)} (shape of {ref_name})", _shape(t))
+    _shape_is(op, name, t, tuple(ref.shape), ref_name)
 
-    if t.dim() != ref.dim():
+
+def _shape_is(op: str, name: str, t: torch.Tensor, shape: tuple, ref_name: str) -> None:
+    def message():
+        expected = "[" + ", ".join(str(d) for d in shape) + "]"
+        return opforge_spec.error(op, name, f"shape {expected} (shape of {ref_name})", _shape(t))
+
+    if t.dim() != len(shape):
         raise RuntimeError(message())
-    for size, ref_size in zip(t.shape, ref.shape):
+    for size, ref_size in zip(t.shape, shape):
         # torch._check, not `if`: with dynamic shapes it records the equality instead of
         # specializing on it (and raises RuntimeError when it is known to be false).
         torch._check(size == ref_size, message)
@@ -99,8 +105,9 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, epsilon: float) -> None:
         fail(RMS_NORM, "X", "a tensor of rank >= 1", "rank 0")
     _same_dtype(RMS_NORM, "W", w, "X", x)
     cols = x.shape[-1]
+    before, after = opforge_spec.RMS_NORM.extra["w_expected"]
     torch._check(w.dim() == 1 and w.shape[0] == cols, lambda: opforge_spec.error(
-        RMS_NORM, "W", f"1-D tensor of length {cols} (last dim of X)", f"shape {_shape(w)}"))
+        RMS_NORM, "W", f"{before}{cols}{after}", f"shape {_shape(w)}"))
     attribute(RMS_NORM, "epsilon", epsilon)
 
 
@@ -109,3 +116,36 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, epsilo
     rms_norm(x, w, epsilon)
     _same_dtype(RMS_NORM, "dY", dy, "X", x)
     _same_shape(RMS_NORM, "dY", dy, "X", x)
+
+
+def swiglu_output_shape(x: torch.Tensor) -> tuple:
+    return (*x.shape[:-1], x.shape[-1] // 2)
+
+
+def _swiglu_shape(x: torch.Tensor) -> None:
+    if x.dim() < 1:
+        raise RuntimeError(opforge_spec.swiglu_x_error(()))
+    last = x.shape[-1]
+    # torch._check: with a dynamic last dim this records the constraint instead of specializing
+    torch._check(last >= 2, lambda: opforge_spec.swiglu_x_error(x.shape))
+    torch._check(last % 2 == 0, lambda: opforge_spec.swiglu_x_error(x.shape))
+
+
+def swiglu(x: torch.Tensor, beta: float) -> None:
+    _dtype(SWIGLU, "X", x)
+    _swiglu_shape(x)
+    attribute(SWIGLU, "beta", beta)
+
+
+def swiglu_backward(dy: torch.Tensor, x: torch.Tensor, beta: float) -> None:
+    _same_device(SWIGLU, "dY", dy, "X", x)
+    swiglu(x, beta)
+    _same_dtype(SWIGLU, "dY", dy, "X", x)
+    _shape_is(SWIGLU, "dY", dy, swiglu_output_shape(x), "Y")
+
+
+def out(op: str, out: torch.Tensor, x: torch.Tensor, shape: tuple) -> None:
+    """`out` of an .out overload: X's device and dtype, the output's shape."""
+    _same_device(op, "out", out, "X", x)
+    _same_dtype(op, "out", out, "X", x)
+    _shape_is(op, "out", out, tuple(shape), "Y")

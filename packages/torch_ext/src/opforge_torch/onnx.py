@@ -1,4 +1,4 @@
-"""ONNX export of the opforge ops: one ``opforge::Swish`` / ``opforge::RMSNorm`` node per call.
+"""ONNX export of the opforge ops: one ``opforge::Swish`` / ``RMSNorm`` / ``SwiGLU`` node per call.
 
 - TorchScript exporter (``dynamo=False``): symbolics registered on import; export with
   ``custom_opsets={"opforge": 1}``.
@@ -15,10 +15,15 @@ import contextlib
 import torch
 from torch.onnx import symbolic_helper
 
+import opforge_spec
+
 from ._checks import attribute as _check_attribute
 
-DOMAIN = "opforge"
-DOMAIN_VERSION = 1
+DOMAIN = opforge_spec.DOMAIN
+DOMAIN_VERSION = opforge_spec.DOMAIN_VERSION
+_BETA = opforge_spec.SWISH.defaults()["beta"]
+_EPSILON = opforge_spec.RMS_NORM.defaults()["epsilon"]
+_SWIGLU_BETA = opforge_spec.SWIGLU.defaults()["beta"]
 OPSET_RANGE = (13, 21)  # standard-ONNX opsets the decomposed graphs are written for
 DYNAMO_MIN_OPSET = 18  # the dynamo exporter refuses lower targets
 _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
@@ -69,11 +74,35 @@ def _ts_rms_norm(g, x, weight, epsilon):
     return g.op("Mul", g.op("Div", x, g.op("Sqrt", shifted)), weight)
 
 
+def _ts_ints(g, values):
+    return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
+
+
+def _ts_halves(g, x):
+    """A = X[..., :d], B = X[..., d:] for a last dim 2d known only at run time."""
+    last = g.op("Gather", g.op("Shape", x), _ts_ints(g, [-1]), axis_i=0)
+    half = g.op("Div", last, _ts_ints(g, [2]))
+    axes = _ts_ints(g, [-1])
+    return (g.op("Slice", x, _ts_ints(g, [0]), half, axes),
+            g.op("Slice", x, half, _ts_ints(g, [2**62]), axes))
+
+
+@symbolic_helper.parse_args("v", "f")
+def _ts_swiglu(g, x, beta):
+    _check_attribute("SwiGLU", "beta", beta)
+    if not _state["decomposed"]:
+        return g.op(f"{DOMAIN}::SwiGLU", x, beta_f=beta)
+    a, b = _ts_halves(g, x)
+    scaled = a if beta == 1.0 else g.op("Mul", a, _ts_constant(g, beta, x))
+    return g.op("Mul", g.op("Mul", a, g.op("Sigmoid", scaled)), b)
+
+
 def _register_torchscript_symbolics():
     from torch.onnx import register_custom_op_symbolic
 
     register_custom_op_symbolic(f"{DOMAIN}::swish", _ts_swish, OPSET_RANGE[0])
     register_custom_op_symbolic(f"{DOMAIN}::rms_norm", _ts_rms_norm, OPSET_RANGE[0])
+    register_custom_op_symbolic(f"{DOMAIN}::swiglu", _ts_swiglu, OPSET_RANGE[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,10 +125,9 @@ def register_onnx_schemas():
             attributes=[defs.OpSchema.Attribute(attr, helper.make_attribute(attr, default), attr)],
         )
 
-    defs.register_schema(schema("Swish", ["X"], "beta", 1.0, "Y = X * sigmoid(beta * X)"))
-    defs.register_schema(schema(
-        "RMSNorm", ["X", "W"], "epsilon", 1e-6,
-        "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W"))
+    for op in opforge_spec.OPS.values():
+        ((attr, spec),) = op.attributes.items()
+        defs.register_schema(schema(op.name, list(op.inputs), attr, spec.default, op.doc))
 
 
 def custom_translation_table(*, decomposed: bool = False) -> dict:
@@ -117,15 +145,20 @@ def _opforge_table():
     register_onnx_schemas()
     opforge = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)
 
-    def swish(x, beta: float = 1.0):
+    def swish(x, beta: float = _BETA):
         _check_attribute("Swish", "beta", beta)
         return opforge.Swish(x, beta=float(beta))
 
-    def rms_norm(x, weight, epsilon: float = 1e-6):
+    def rms_norm(x, weight, epsilon: float = _EPSILON):
         _check_attribute("RMSNorm", "epsilon", epsilon)
         return opforge.RMSNorm(x, weight, epsilon=float(epsilon))
 
-    return {torch.ops.opforge.swish.default: swish, torch.ops.opforge.rms_norm.default: rms_norm}
+    def swiglu(x, beta: float = _SWIGLU_BETA):
+        _check_attribute("SwiGLU", "beta", beta)
+        return opforge.SwiGLU(x, beta=float(beta))
+
+    return {torch.ops.opforge.swish.default: swish, torch.ops.opforge.rms_norm.default: rms_norm,
+            torch.ops.opforge.swiglu.default: swiglu}
 
 
 def _decomposed_table():
@@ -134,12 +167,21 @@ def _decomposed_table():
     def scalar_like(value, x):
         return op.CastLike(op.Constant(value_float=float(value)), x)
 
-    def swish(x, beta: float = 1.0):
+    def swish(x, beta: float = _BETA):
         _check_attribute("Swish", "beta", beta)
         scaled = x if beta == 1.0 else op.Mul(x, scalar_like(beta, x))
         return op.Mul(x, op.Sigmoid(scaled))
 
-    def rms_norm(x, weight, epsilon: float = 1e-6):
+    def swiglu(x, beta: float = _SWIGLU_BETA):
+        _check_attribute("SwiGLU", "beta", beta)
+        half = op.Div(op.Shape(x, start=-1), op.Constant(value_ints=[2]))
+        axes = op.Constant(value_ints=[-1])
+        a = op.Slice(x, op.Constant(value_ints=[0]), half, axes)
+        b = op.Slice(x, half, op.Constant(value_ints=[2**62]), axes)
+        scaled = a if beta == 1.0 else op.Mul(a, scalar_like(beta, x))
+        return op.Mul(op.Mul(a, op.Sigmoid(scaled)), b)
+
+    def rms_norm(x, weight, epsilon: float = _EPSILON):
         _check_attribute("RMSNorm", "epsilon", epsilon)
         square = op.Pow(x, scalar_like(2.0, x))
         mean = op.ReduceMean(square, op.Constant(value_ints=[-1]), keepdims=1)
@@ -148,7 +190,8 @@ def _decomposed_table():
             shifted = op.Max(shifted, scalar_like(torch.finfo(torch.float32).tiny, x))
         return op.Mul(op.Div(x, op.Sqrt(shifted)), weight)
 
-    return {torch.ops.opforge.swish.default: swish, torch.ops.opforge.rms_norm.default: rms_norm}
+    return {torch.ops.opforge.swish.default: swish, torch.ops.opforge.rms_norm.default: rms_norm,
+            torch.ops.opforge.swiglu.default: swiglu}
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,19 +10,30 @@ import struct
 
 import torch
 
+import opforge_spec
+
 from . import _checks
 
 _ops = torch.ops.opforge
+# The attribute defaults are the spec's (the C++ schemas are generated from it too).
+_BETA = opforge_spec.SWISH.defaults()["beta"]
+_EPSILON = opforge_spec.RMS_NORM.defaults()["epsilon"]
+_SWIGLU_BETA = opforge_spec.SWIGLU.defaults()["beta"]
 
 
-def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+def swish(x: torch.Tensor, beta: float = _BETA) -> torch.Tensor:
     """Y = X * sigmoid(beta * X)."""
     return _ops.swish(x, beta)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, epsilon: float = 1e-6) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, epsilon: float = _EPSILON) -> torch.Tensor:
     """Y = X / sqrt(mean(X^2, last axis) + epsilon) * weight."""
     return _ops.rms_norm(x, weight, epsilon)
+
+
+def swiglu(x: torch.Tensor, beta: float = _SWIGLU_BETA) -> torch.Tensor:
+    """Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]."""
+    return _ops.swiglu(x, beta)
 
 
 # Fake kernels: the C++ kernels' checks, then shapes/dtypes only. The real kernels return
@@ -32,9 +43,42 @@ def _empty_like(t):
 
 
 @torch.library.register_fake("opforge::swish")
-def _swish_fake(x, beta=1.0):
+def _swish_fake(x, beta=_BETA):
     _checks.swish(x, beta)
     return _empty_like(x)
+
+
+@torch.library.register_fake("opforge::swish.out")
+def _swish_out_fake(x, beta=_BETA, *, out):
+    _checks.swish(x, beta)
+    _checks.out(_checks.SWISH, out, x, x.shape)
+    return out
+
+
+@torch.library.register_fake("opforge::swiglu")
+def _swiglu_fake(x, beta=_SWIGLU_BETA):
+    _checks.swiglu(x, beta)
+    return x.new_empty(_checks.swiglu_output_shape(x))
+
+
+@torch.library.register_fake("opforge::swiglu.out")
+def _swiglu_out_fake(x, beta=_SWIGLU_BETA, *, out):
+    _checks.swiglu(x, beta)
+    _checks.out(_checks.SWIGLU, out, x, _checks.swiglu_output_shape(x))
+    return out
+
+
+@torch.library.register_fake("opforge::swiglu_backward")
+def _swiglu_backward_fake(grad, x, beta):
+    _checks.swiglu_backward(grad, x, beta)
+    return _empty_like(x)
+
+
+@torch.library.register_fake("opforge::rms_norm.out")
+def _rms_norm_out_fake(x, weight, epsilon=_EPSILON, *, out):
+    _checks.rms_norm(x, weight, epsilon)
+    _checks.out(_checks.RMS_NORM, out, x, x.shape)
+    return out
 
 
 @torch.library.register_fake("opforge::swish_backward")
@@ -44,7 +88,7 @@ def _swish_backward_fake(grad, x, beta):
 
 
 @torch.library.register_fake("opforge::rms_norm")
-def _rms_norm_fake(x, weight, epsilon=1e-6):
+def _rms_norm_fake(x, weight, epsilon=_EPSILON):
     _checks.rms_norm(x, weight, epsilon)
     return _empty_like(x)
 
@@ -65,6 +109,11 @@ def _swish_setup(ctx, inputs, output):
 def _swish_grad(ctx, grad):
     (x,) = ctx.saved_tensors
     return _ops.swish_backward(grad, x, ctx.beta), None
+
+
+def _swiglu_grad(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return _ops.swiglu_backward(grad, x, ctx.beta), None
 
 
 def _rms_norm_setup(ctx, inputs, output):
@@ -116,6 +165,24 @@ def _swish_backward_grad(ctx, upstream):
     return (u * first).to(grad.dtype), (u * g * second).to(x.dtype), None
 
 
+def _swiglu_backward_grad(ctx, upstream):
+    """Gradients of dX = [dY * B * f'(A), dY * f(A)], f = swish, w.r.t. dY and X."""
+    grad, x = ctx.saved_tensors
+    compute = _compute_dtype(x)
+    beta = _as_float32(ctx.beta)
+    g, xc, u = grad.to(compute), x.to(compute), upstream.to(compute)
+    a, b = xc.chunk(2, dim=-1)
+    u_a, u_b = u.chunk(2, dim=-1)
+    s = torch.sigmoid(beta * a)
+    ds = s * (1 - s)
+    first = s + beta * a * ds  # f'(a)
+    second = beta * ds * (2 + beta * a * (1 - 2 * s))  # f''(a)
+    d_grad = u_a * b * first + u_b * a * s
+    d_a = g * (u_a * b * second + u_b * first)
+    d_b = g * u_a * first
+    return d_grad.to(grad.dtype), torch.cat([d_a, d_b], dim=-1).to(x.dtype), None
+
+
 def _rms_inverse(x: torch.Tensor, epsilon: float) -> torch.Tensor:
     """1/sqrt(mean(x^2) + epsilon) per row (kept dim); 0 for a row whose denominator is 0, as
     the kernels do. The masked rsqrt never sees 0, so autograd gets no inf*0 = NaN either."""
@@ -162,6 +229,9 @@ def _rms_norm_backward_grad(ctx, upstream_dx, upstream_dw):
 
 torch.library.register_autograd("opforge::swish", _swish_grad, setup_context=_swish_setup)
 torch.library.register_autograd("opforge::rms_norm", _rms_norm_grad, setup_context=_rms_norm_setup)
+torch.library.register_autograd("opforge::swiglu", _swiglu_grad, setup_context=_swish_setup)
+torch.library.register_autograd("opforge::swiglu_backward", _swiglu_backward_grad,
+                                setup_context=_swish_backward_setup)
 torch.library.register_autograd("opforge::swish_backward", _swish_backward_grad,
                                 setup_context=_swish_backward_setup)
 torch.library.register_autograd("opforge::rms_norm_backward", _rms_norm_backward_grad,

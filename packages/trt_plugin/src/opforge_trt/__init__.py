@@ -5,8 +5,8 @@ deserializing an engine that uses the plugins:
     import tensorrt as trt, opforge_trt
     trt.get_plugin_registry().load_library(opforge_trt.library_path())
 
-Plugins: `Swish` (field `beta`) and `RMSNorm` (field `epsilon`), version "1", namespace "opforge";
-an ONNX node `opforge::Swish` / `opforge::RMSNorm` maps onto them through the ONNX parser's plugin
+Plugins: `Swish` (field `beta`), `RMSNorm` (field `epsilon`) and `SwiGLU` (field `beta`), version "1",
+namespace "opforge"; an ONNX node `opforge::Swish` / `RMSNorm` / `SwiGLU` maps onto them through the ONNX parser's plugin
 fallback (plugin name = op_type, namespace = the node's domain).
 """
 from __future__ import annotations
@@ -18,9 +18,11 @@ __version__ = "0.1.0"
 __all__ = ["DOMAIN", "LIBRARY_NAME", "NAMESPACE", "OPS", "PLUGIN_VERSION", "build_info", "library_path",
            "load_into", "manifest", "manifest_path"]
 
-DOMAIN = NAMESPACE = "opforge"
+from ._spec_generated import ATTRIBUTES, DOMAIN
+
+NAMESPACE = DOMAIN
 PLUGIN_VERSION = "1"
-OPS = {"Swish": "beta", "RMSNorm": "epsilon"}  # plugin name -> its one field (= ONNX attribute)
+OPS = {op: attr for op, (attr, _) in ATTRIBUTES.items()}  # plugin name -> its one field (= ONNX attribute)
 LIBRARY_NAME = "libopforge_trt.so.1"
 _HERE = Path(__file__).resolve().parent
 

@@ -45,7 +45,7 @@ class RMSNorm(OpModule):
         return self.fn(x, w, *self.attrs)
 
 
-MODULES = {"Swish": Swish, "RMSNorm": RMSNorm}
+MODULES = {"Swish": Swish, "RMSNorm": RMSNorm, "SwiGLU": Swish}  # SwiGLU: Swish's one-input forward
 
 
 def entry_id(op, dtype: str, attrs: dict, rank: int) -> str:
@@ -54,7 +54,10 @@ def entry_id(op, dtype: str, attrs: dict, rank: int) -> str:
 
 
 def sample_inputs(op, rank: int, dtype: str) -> tuple:
-    x = torch.randn(SAMPLE_DIMS[:rank], dtype=TORCH_DTYPES[dtype])
+    dims = SAMPLE_DIMS[:rank]
+    if op.name == "SwiGLU" and rank:  # the last axis holds both halves
+        dims = (*dims[:-1], 2 * dims[-1])
+    x = torch.randn(dims, dtype=TORCH_DTYPES[dtype])
     if op.name == "RMSNorm":
         return x, torch.rand(SAMPLE_DIMS[rank - 1], dtype=TORCH_DTYPES[dtype]) + 0.5
     return (x,)
@@ -69,6 +72,8 @@ def dynamic_dims(op, rank: int, dynamo: bool) -> dict:
         return {"dynamic_shapes": {n: {i: dim for i in range(r)} for n, r in zip(names, ranks)}}
     axes = {n: {i: f"{n}_{i}" for i in range(r)} for n, r in zip(names, ranks)}
     axes["Y"] = {i: f"X_{i}" for i in range(rank)}
+    if op.name == "SwiGLU" and rank:
+        axes["Y"][rank - 1] = "Y_half"  # half of X's last axis, not equal to it
     return {"dynamic_axes": axes, "input_names": names, "output_names": ["Y"]}
 
 

@@ -55,7 +55,12 @@ def rms_norm_composed(x: torch.Tensor, w: torch.Tensor, epsilon: float = 1e-6) -
     return (xa * inv * wa).to(x.dtype)
 
 
-COMPOSED = {"Swish": swish_composed, "RMSNorm": rms_norm_composed}
+def swiglu_composed(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return a * torch.sigmoid(beta * a) * b
+
+
+COMPOSED = {"Swish": swish_composed, "RMSNorm": rms_norm_composed, "SwiGLU": swiglu_composed}
 
 
 def _attr_args(op, attrs) -> list:

@@ -1,4 +1,4 @@
-"""onnx's reference evaluator with opforge::Swish / opforge::RMSNorm written here in numpy, on
+"""onnx's reference evaluator with opforge::Swish / RMSNorm / SwiGLU written here in numpy, on
 purpose differently from opforge_spec's reference (another formula, same float64 precision): an
 independent third opinion on what the exported graph means (wiring, attributes, defaults)."""
 from __future__ import annotations
@@ -34,5 +34,16 @@ class RMSNorm(OpRun):
         return (y.astype(x.dtype),)
 
 
+class SwiGLU(OpRun):
+    op_domain = "opforge"
+
+    def _run(self, x, beta=None):
+        beta = 1.0 if beta is None else beta
+        a, b = np.split(x.astype(np.float64), 2, axis=-1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = a / (1.0 + np.exp(-beta * a)) * b
+        return (y.astype(x.dtype),)
+
+
 def evaluator(model_path: str) -> ReferenceEvaluator:
-    return ReferenceEvaluator(model_path, new_ops=[Swish, RMSNorm])
+    return ReferenceEvaluator(model_path, new_ops=[Swish, RMSNorm, SwiGLU])

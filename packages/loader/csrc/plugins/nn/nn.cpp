@@ -1,5 +1,6 @@
-// libops_opforge_nn.so.1: Swish and RMSNorm on the SDK, calling the shared kernels (the single
-// source of op math). Runs single-threaded: threading is the host engine's job.
+// libops_opforge_nn.so.1: Swish, RMSNorm and SwiGLU on the SDK, calling the shared kernels (the
+// single source of op math) and declared from the descriptors generated from the op spec (names,
+// domain, version, attributes). Runs single-threaded: threading is the host engine's job.
 #include <opforge/kernels/attrs.h>
 #include <opforge/kernels/cpu.h>
 #include <opforge/plugin.h>
@@ -16,8 +17,12 @@ const int32_t kTypes[] = {OPFORGE_DTYPE_FLOAT32, OPFORGE_DTYPE_FLOAT64, OPFORGE_
 const OpforgeIODesc kSwishIn[] = {{"X", 3, kTypes}};
 const OpforgeIODesc kRmsIn[] = {{"X", 3, kTypes}, {"W", 3, kTypes}};
 const OpforgeIODesc kOut[] = {{"Y", 3, kTypes}};
-const OpforgeAttrSchema kSwishAttrs[] = {{"beta", OPFORGE_ATTR_FLOAT, 0, 1.0, 0, nullptr, "Y = X * sigmoid(beta * X); finite in float32"}};
-const OpforgeAttrSchema kRmsAttrs[] = {{"epsilon", OPFORGE_ATTR_FLOAT, 0, 1e-6, 0, nullptr, "added to mean(X^2); finite in float32, >= 0"}};
+constexpr OpforgeAttrSchema float_attr(const k::AttrSpec& a) {
+  return {a.name, OPFORGE_ATTR_FLOAT, 0, a.default_value, 0, nullptr, a.doc};
+}
+const OpforgeAttrSchema kSwishAttrs[] = {float_attr(k::kSwishBeta)};
+const OpforgeAttrSchema kRmsAttrs[] = {float_attr(k::kRMSNormEpsilon)};
+const OpforgeAttrSchema kSwiGLUAttrs[] = {float_attr(k::kSwiGLUBeta)};
 
 struct Params {
   float value;  // beta or epsilon
@@ -61,6 +66,10 @@ int32_t create_rms(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, 
   return create_with(k::kRMSNormEpsilon, a[0], inst, err, len);
 }
 
+int32_t create_swiglu(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
+  return create_with(k::kSwiGLUBeta, a[0], inst, err, len);
+}
+
 void destroy(void* inst) { delete static_cast<Params*>(inst); }
 
 void same_as(const OpforgeTensor& x, OpforgeTensorDesc* out) {
@@ -97,10 +106,12 @@ int32_t swish_compute(void* inst, const OpforgeTensor* in, uint32_t, OpforgeTens
 int32_t rms_shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char* err, size_t len) {
   const OpforgeTensor& x = in[0];
   const OpforgeTensor& w = in[1];
-  if (x.rank < 1) return fail(err, len, "opforge.RMSNorm: X: expected rank >= 1, got rank 0");
+  if (x.rank < 1) return fail(err, len, k::error_text(k::kRMSNormOp.name, "X", k::kRankAtLeast1, "rank 0"));
   const int64_t cols = x.shape[x.rank - 1];
   if (w.rank != 1 || w.shape[0] != cols)
-    return fail(err, len, "opforge.RMSNorm: W: expected 1-D tensor of length " + std::to_string(cols) + " (last dim of X), got shape " + shape_of(w));
+    return fail(err, len, k::error_text(k::kRMSNormOp.name, "W",
+                                        k::kRMSNormWeightExpected + std::to_string(cols) + k::kRMSNormWeightSuffix,
+                                        "shape " + shape_of(w)));
   if (w.dtype != x.dtype)
     return fail(err, len, std::string("opforge.RMSNorm: W: expected dtype ") + dtype_name(x.dtype) + " (same as X), got " + dtype_name(w.dtype));
   same_as(x, out);
@@ -129,15 +140,54 @@ int32_t rms_compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeT
   return OPFORGE_OK;
 }
 
+// X [..., 2d] -> Y [..., d]
+int32_t swiglu_shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char* err, size_t len) {
+  const OpforgeTensor& x = in[0];
+  const int64_t last = x.rank >= 1 ? x.shape[x.rank - 1] : 0;
+  if (x.rank < 1 || last < 2 || last % 2 != 0)
+    return fail(err, len, k::error_text(k::kSwiGLUOp.name, "X", k::kSwiGLUXExpected,
+                                        x.rank < 1 ? std::string("rank 0") : "shape " + shape_of(x)));
+  same_as(x, out);
+  out->shape[x.rank - 1] = last / 2;
+  return OPFORGE_OK;
+}
+
+int32_t swiglu_compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTensor* out, uint32_t n_out, char* err,
+                       size_t len) {
+  OpforgeTensorDesc desc;
+  int32_t status = swiglu_shapes(inst, in, n_in, &desc, n_out, err, len);
+  if (status != OPFORGE_OK) return status;
+  const OpforgeTensor& y = out[0];
+  const int64_t d = desc.shape[desc.rank - 1];
+  const int64_t rows = numel(in[0]) / (2 * d);
+  if (y.dtype != in[0].dtype || numel(y) != rows * d || (rows > 0 && !y.data)) {
+    OpforgeTensor want = in[0];
+    want.shape = desc.shape;
+    return fail(err, len, std::string("opforge.SwiGLU: Y: expected ") + dtype_name(in[0].dtype) + " output of shape " +
+                              shape_of(want) + ", got " + dtype_name(y.dtype) + " of shape " + shape_of(y));
+  }
+  if (rows == 0) return OPFORGE_OK;
+  const float beta = static_cast<Params*>(inst)->value;
+  switch (in[0].dtype) {
+    case OPFORGE_DTYPE_FLOAT32: k::cpu::swiglu_forward(static_cast<const float*>(in[0].data), static_cast<float*>(y.data), 0, rows, d, beta); break;
+    case OPFORGE_DTYPE_FLOAT64: k::cpu::swiglu_forward(static_cast<const double*>(in[0].data), static_cast<double*>(y.data), 0, rows, d, beta); break;
+    default: k::cpu::swiglu_forward(static_cast<const k::bfloat16*>(in[0].data), static_cast<k::bfloat16*>(y.data), 0, rows, d, beta);
+  }
+  return OPFORGE_OK;
+}
+
+// Names, domain, version, inputs and docs from the generated descriptors (attrs.h).
 const OpforgeOpDef kOps[] = {
-    {"opforge", "Swish", 1, 0, "Y = X * sigmoid(beta * X)", 1, kSwishIn, 1, kOut, 1, kSwishAttrs,
+    {k::kDomain, k::kSwishOp.name, k::kDomainVersion, 0, k::kSwishOp.doc, 1, kSwishIn, 1, kOut, 1, kSwishAttrs,
      create_swish, destroy, swish_shapes, swish_compute},
-    {"opforge", "RMSNorm", 1, 0, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W", 2, kRmsIn, 1, kOut, 1, kRmsAttrs,
+    {k::kDomain, k::kRMSNormOp.name, k::kDomainVersion, 0, k::kRMSNormOp.doc, 2, kRmsIn, 1, kOut, 1, kRmsAttrs,
      create_rms, destroy, rms_shapes, rms_compute},
+    {k::kDomain, k::kSwiGLUOp.name, k::kDomainVersion, 0, k::kSwiGLUOp.doc, 1, kSwishIn, 1, kOut, 1, kSwiGLUAttrs,
+     create_swiglu, destroy, swiglu_shapes, swiglu_compute},
 };
 
 const OpforgePlugin kPlugin = {OPFORGE_PLUGIN_API_VERSION, sizeof(OpforgePlugin), "opforge_nn", OPFORGE_PLUGIN_VERSION,
-                               2, kOps, nullptr, nullptr};
+                               sizeof kOps / sizeof kOps[0], kOps, nullptr, nullptr};
 
 }  // namespace
 
