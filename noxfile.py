@@ -61,11 +61,9 @@ def _cpu_env(matrix: mx.Matrix) -> dict[str, str]:
     """Knobs for the lean CPU builds of `tests`/`wheels` (no nvcc: seconds instead of minutes)."""
     from ci import debian
 
-    spec = matrix.data["sources"]["ort_headers"]
-    root = debian.fetch(spec["package"], spec["version"], spec["debian_suite"])
     return {"OPFORGE_CUDA_HOME": "", "OPFORGE_CUDA_ARCHS": "", "MAX_JOBS": "2",
             "CMAKE_BUILD_PARALLEL_LEVEL": "2",
-            "OPFORGE_ORT_INCLUDE_DIR": str(root / "usr" / "include" / "onnxruntime")}
+            "OPFORGE_ORT_INCLUDE_DIR": str(debian.ort_include_dir(matrix))}
 
 
 def _trt_env(session: nox.Session, matrix: mx.Matrix) -> dict[str, str] | None:

@@ -1,8 +1,10 @@
 """Fetch a pinned Debian package from another suite and unpack it into opforge's cache.
 
 Nothing is installed into the system: the package is downloaded with apt-get against a private
-sources list and unpacked with `dpkg -x`. Used for ONNX Runtime headers (libonnxruntime-dev) and
-the relocated CUDA 12.4 toolkit, both from Debian trixie.
+sources list and unpacked with `dpkg -x`. Used for ONNX Runtime headers (libonnxruntime-dev: the
+OPFORGE_ORT_INCLUDE_DIR the nox sessions and the matrix pass to packages/ort_plugin;
+`python -m ci.debian --ort-include` prints it) and the relocated CUDA 12.4 toolkit, both from
+Debian trixie.
 """
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ci.matrix import Matrix
 
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 SYSTEM_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
@@ -90,13 +96,30 @@ def fetch(package: str, version: str, suite: str = "trixie") -> Path:
     return target
 
 
+def ort_include_dir(matrix: Matrix) -> Path:
+    """The folder of ONNX Runtime's C headers that the builds get as OPFORGE_ORT_INCLUDE_DIR: the
+    Debian package matrix.yaml pins in `sources.ort_headers` (no PyPI package carries them)."""
+    spec = matrix.data["sources"]["ort_headers"]
+    root = fetch(spec["package"], spec["version"], spec["debian_suite"])
+    return root / "usr" / "include" / "onnxruntime"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("package")
-    parser.add_argument("version")
+    parser.add_argument("package", nargs="?", help="a Debian package (with version)")
+    parser.add_argument("version", nargs="?")
     parser.add_argument("--suite", default="trixie")
+    parser.add_argument("--ort-include", action="store_true",
+                        help="print the ORT header folder matrix.yaml pins (for OPFORGE_ORT_INCLUDE_DIR)")
     args = parser.parse_args(argv)
-    print(fetch(args.package, args.version, args.suite))
+    if args.ort_include:
+        from ci import matrix
+
+        print(ort_include_dir(matrix.load()))
+    elif args.package and args.version:
+        print(fetch(args.package, args.version, args.suite))
+    else:
+        parser.error("give PACKAGE VERSION or --ort-include")
     return 0
 
 

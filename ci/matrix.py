@@ -554,10 +554,8 @@ def _check_toolkits(raw: Mapping) -> None:
     for tid, spec in raw.items():
         try:
             parsed = toolkits.parse_spec(str(tid), spec)
-        except toolkits.ToolkitError as exc:
-            message = str(exc).removeprefix("opforge: ").removeprefix("matrix.yaml: ")
-            where, _, problem = message.partition(": ")
-            raise MatrixError(where, problem) from None
+        except toolkits.SpecError as exc:
+            raise MatrixError(exc.where, exc.problem) from None
         _pins(list(parsed.packages), f"toolkits.{tid}.packages")
         if parsed.cuobjdump:
             parse_pin(parsed.cuobjdump, f"toolkits.{tid}.cuobjdump")

@@ -1,6 +1,12 @@
-"""build/matrix/report.json (cells x stages) and report.md, the page a person reads at a glance."""
+"""build/matrix/report.json (cells x stages) and report.md, the page a person reads at a glance.
+
+A stage's Result is typed: status pass | fail | skip, and the reason of a skip in its own field.
+report.json carries both fields as they are (`"status": "skip", "reason": "no GPU"`); report.md
+and the progress lines show a skip as `skipped: <reason>`.
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -10,13 +16,56 @@ from typing import Any
 
 from ci import matrix as mx
 
-SYMBOL = {"pass": "✓", "fail": "✗"}
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+STATUSES = (PASS, FAIL, SKIP)
+# 2: status is pass | fail | skip with a skip's reason in `reason` (1 wrote "skipped: <reason>").
+REPORT_FORMAT = 2
+# report.json's summary counts (names unchanged since format 1)
+SUMMARY_NAME = {PASS: "pass", FAIL: "fail", SKIP: "skipped"}
 TAIL_LINES = 25
 SHOWN_NUMBERS = 8
 
 
-def outcome(status: str) -> str:
-    return status if status in ("pass", "fail") else "skipped"
+@dataclasses.dataclass
+class Result:
+    """One stage of one cell: what happened (status; reason when skipped), its numbers and files."""
+    status: str                        # pass | fail | skip
+    duration_s: float = 0.0
+    numbers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    artifacts: list[str] = dataclasses.field(default_factory=list)
+    log: str | None = None
+    detail: str = ""
+    key: str = ""
+    origin: str = "run"                # run | reused | cached | skip
+    first_cell: int | None = None      # the cell whose run this result is
+    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # wheels, out dir
+    reason: str = ""                   # why a skipped stage did not run; empty otherwise
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"Result.status: expected one of {', '.join(STATUSES)}, got "
+                             f"{self.status!r} (a skip's reason goes in Result.reason)")
+        if (self.status == SKIP) != bool(self.reason):
+            raise ValueError(f"Result.reason: expected a reason exactly when skipped, got "
+                             f"status {self.status!r} with reason {self.reason!r}")
+
+    @classmethod
+    def skip(cls, reason: str, **fields: Any) -> Result:
+        return cls(SKIP, reason=reason, origin="skip", **fields)
+
+    @property
+    def label(self) -> str:
+        """What a person reads: pass, fail or `skipped: <reason>`."""
+        return label(self.status, self.reason)
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.pop("outputs")
+        return {"status": data.pop("status"), "reason": data.pop("reason"), **data}
+
+
+def label(status: str, reason: str = "") -> str:
+    return f"skipped: {reason}" if status == SKIP else status
 
 
 def build_json(*, profile, matrix, host, cells, rows, excluded, duration_s) -> dict:
@@ -27,9 +76,10 @@ def build_json(*, profile, matrix, host, cells, rows, excluded, duration_s) -> d
                           "settings": dict(cell.settings),
                           "stages": {name: result.to_json() for name, result in row.items()}})
     results = [r for row in rows for r in row.values()]
-    summary = Counter(outcome(r.status) for r in results)
+    summary = Counter(SUMMARY_NAME[r.status] for r in results)
     summary.update(f"origin.{r.origin}" for r in results)
-    return {"profile": profile, "description": matrix.profiles[profile].description,
+    return {"format": REPORT_FORMAT, "profile": profile,
+            "description": matrix.profiles[profile].description,
             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "duration_s": round(duration_s, 1),
             "complete": len(rows) == len(cells), "host": host.to_json(), "stages": stages,
             "axes": list(mx.AXES), "summary": dict(sorted(summary.items())),
@@ -52,7 +102,7 @@ def render_md(report: dict, root: Path) -> str:
     stages = report["stages"]
     cells = report["cells"]
     s = report["summary"]
-    failed = [(c, name, r) for c in cells for name, r in c["stages"].items() if r["status"] == "fail"]
+    failed = [(c, name, r) for c in cells for name, r in c["stages"].items() if r["status"] == FAIL]
     verdict = "FAILED" if failed else "passed" if report["complete"] else "INCOMPLETE"
     counts = (f"{len(cells)} cells × {len(stages)} stages in {report['duration_s'] / 60:.1f} min: "
               f"**{s.get('pass', 0)} pass, {s.get('fail', 0)} fail, {s.get('skipped', 0)} skipped** "
@@ -66,10 +116,10 @@ def render_md(report: dict, root: Path) -> str:
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name in stages:
         rs = [c["stages"][name] for c in cells if name in c["stages"]]
-        count = Counter(outcome(r["status"]) for r in rs)
+        count = Counter(r["status"] for r in rs)
         origin = Counter(r["origin"] for r in rs)
         seconds = sum(r["duration_s"] for r in rs)
-        lines.append(f"| {name} | {count['pass']} | {count['fail']} | {count['skipped']} | "
+        lines.append(f"| {name} | {count[PASS]} | {count[FAIL]} | {count[SKIP]} | "
                      f"{origin['run']} | {origin['reused']} | {origin['cached']} | {seconds:.0f} s |")
     lines.append("")
     if failed:
@@ -85,8 +135,7 @@ def render_md(report: dict, root: Path) -> str:
                       f"{result['detail']}" if result["detail"] else "",
                       f"log: [{result['log']}]({_rel(result['log'])})", "", "```",
                       tail(result["log"], root), "```", ""]
-    skips = Counter(r["status"].removeprefix("skipped: ") for c in cells
-                    for r in c["stages"].values() if outcome(r["status"]) == "skipped")
+    skips = Counter(r["reason"] for c in cells for r in c["stages"].values() if r["status"] == SKIP)
     if skips:
         lines += ["## Skipped", "", "| reason | stage results |", "| --- | ---: |"]
         lines += [f"| {reason} | {count} |" for reason, count in skips.most_common()]
@@ -119,9 +168,9 @@ def render_md(report: dict, root: Path) -> str:
 def _mark(result: dict | None) -> str:
     if result is None:
         return ""
-    if result["status"] == "fail":
+    if result["status"] == FAIL:
         return "✗"
-    if outcome(result["status"]) == "skipped":
+    if result["status"] == SKIP:
         return "–"
     return {"reused": "↺", "cached": "◆"}.get(result["origin"], "✓")
 
@@ -144,8 +193,9 @@ def _numbers(cells: list[dict]) -> list[str]:
                 numbers = _headline(result["numbers"])
                 files = " ".join(f"[{Path(a).name}]({_rel(a)})" for a in result["artifacts"]
                                  if a.endswith(".md"))
-                rows.append(f"| {name} | {cell['index']} | {result['status']} | "
-                            f"{result['duration_s']:.1f} s | {result['detail']} {files} | {numbers} |")
+                status = label(result["status"], result["reason"])
+                rows.append(f"| {name} | {cell['index']} | {status} | {result['duration_s']:.1f} s | "
+                            f"{result['detail']} {files} | {numbers} |")
     if not rows:
         return []
     return ["## Results (each distinct stage run once)", "",

@@ -26,30 +26,12 @@ from typing import Any
 from ci import matrix as mx
 from ci import probe as hostprobe
 from ci import report, venvs
+from ci.report import Result  # status pass | fail | skip; a skip's reason in Result.reason
 
 REPO = mx.REPO
 OUT = REPO / "build" / "matrix"
 STAGE_TIMEOUT_S = 1200   # one command of a stage (a hung test must not stall the matrix)
 SKIP_DIRS = {"build", "dist", "__pycache__", ".pytest_cache", ".nox", ".git"}
-
-
-@dataclasses.dataclass
-class Result:
-    status: str                        # pass | fail | skipped: <reason>
-    duration_s: float = 0.0
-    numbers: dict[str, Any] = dataclasses.field(default_factory=dict)
-    artifacts: list[str] = dataclasses.field(default_factory=list)
-    log: str | None = None
-    detail: str = ""
-    key: str = ""
-    origin: str = "run"                # run | reused | cached | skip
-    first_cell: int | None = None      # the cell whose run this result is
-    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # wheels, out dir
-
-    def to_json(self) -> dict:
-        data = dataclasses.asdict(self)
-        data.pop("outputs")
-        return data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +143,7 @@ class Runner:
             for name, item in row_plan.items():
                 stage = self.matrix.stages[name]
                 if stage.gather:  # runs after all cells
-                    row[name] = Result("skipped: pending", key=item.key, origin="skip")
+                    row[name] = Result.skip("pending", key=item.key)
                     continue
                 row[name] = self.stage(index, cell, stage, item, row)
                 self.tell(name, row[name])
@@ -178,7 +160,7 @@ class Runner:
     def tell(self, name: str, result: Result) -> None:
         """One line per executed stage (reused and skipped ones are in the report)."""
         if result.origin == "run":
-            self.say(f"[{self.elapsed()}]   {name:13} {result.status} {result.duration_s:.1f}s "
+            self.say(f"[{self.elapsed()}]   {name:13} {result.label} {result.duration_s:.1f}s "
                      f"{result.detail}".rstrip())
 
     def gathered(self, stage: mx.Stage, cell: mx.Cell, cells: list[mx.Cell],
@@ -190,8 +172,8 @@ class Runner:
         for before in stage.after:
             outs = sorted({row[before].outputs["out"] for row in group
                            if row[before].status == "pass" and row[before].outputs.get("out")})
-            status = "pass" if len(outs) >= 2 else "skipped"
-            inputs[before] = Result(status, outputs={"outs": outs, "out": ""})
+            inputs[before] = Result("pass", outputs={"outs": outs, "out": ""}) if len(outs) >= 2 \
+                else Result.skip(f"{len(outs)} passing {before} results in the group")
         return inputs
 
     def write(self, cells, rows, excluded) -> dict:
@@ -202,14 +184,14 @@ class Runner:
     def stage(self, index: int, cell: mx.Cell, stage: mx.Stage, item: Planned,
               row: Mapping[str, Result]) -> Result:
         if item.action == "skip":
-            return Result(f"skipped: {item.reason}", key=item.key, origin="skip")
+            return Result.skip(item.reason, key=item.key)
         reason = blocked_by(stage, {b: row[b].status != "pass" for b in stage.after},
                             {b: "failed" if row[b].status == "fail" else "did not run"
                              for b in stage.after})
         if reason and stage.gather:
             reason = f"needs {stage.after[0]} passing for >= 2 {stage.gather} values of the group"
         if reason:
-            return Result(f"skipped: {reason}", key=item.key, origin="skip")
+            return Result.skip(reason, key=item.key)
         if item.key in self.memo:
             done = self.memo[item.key]
             return dataclasses.replace(done, origin="reused", duration_s=0.0)
@@ -363,9 +345,7 @@ class Runner:
         if self._ort_include is None:
             from ci import debian
 
-            spec = self.matrix.data["sources"]["ort_headers"]
-            root = debian.fetch(spec["package"], spec["version"], spec["debian_suite"])
-            self._ort_include = str(root / "usr" / "include" / "onnxruntime")
+            self._ort_include = str(debian.ort_include_dir(self.matrix))
         return self._ort_include
 
     def build_env(self, cell: mx.Cell, stage: mx.Stage) -> dict[str, str]:
@@ -513,11 +493,11 @@ def tree_hash(roots: list[Path]) -> str:
 
 
 def copy_sources(snapshot: Path, package: str) -> None:
-    """The package, kernels/, ci/ and matrix.yaml, in the repo's layout (relative paths hold)."""
+    """The package and kernels/ in the repo's layout: a package build reads nothing else (its other
+    inputs come as OPFORGE_* variables), and finds kernels/ beside it."""
     ignore = shutil.ignore_patterns(*SKIP_DIRS, "*.egg-info", "*.so", "*.so.*")
-    for rel in (f"packages/{package}", "kernels", "ci"):
+    for rel in (f"packages/{package}", "kernels"):
         shutil.copytree(REPO / rel, snapshot / rel, ignore=ignore)
-    shutil.copy2(REPO / "matrix.yaml", snapshot / "matrix.yaml")
 
 
 def cuobjdump_for(env: Mapping[str, str]) -> str | None:

@@ -37,12 +37,14 @@ from pathlib import Path
 
 try:
     from ci import debian
+    from ci import matrix as mx
 except ImportError:  # run as a script: python ci/toolkits.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from ci import debian
+    from ci import matrix as mx
 
 REPO = Path(__file__).resolve().parent.parent
-MATRIX = REPO / "matrix.yaml"
+MATRIX = mx.MATRIX
 SOURCES = ("system", "pypi", "debian")
 KEYS = {"cuda", "source", "packages", "debian", "cuobjdump"}
 DEBIAN_KEYS = {"suite", "package", "version"}
@@ -69,6 +71,15 @@ __global__ void opforge_toolkit_check(float* data) {
 
 class ToolkitError(RuntimeError):
     """A toolkit that is misdescribed, unavailable or broken; the message names the id and the fix."""
+
+
+class SpecError(ToolkitError):
+    """A `toolkits:` entry that is misdescribed: where (`toolkits.<id>.<key>`) and the problem as
+    fields, so ci.matrix reports it in its own `matrix.yaml: <where>: <problem>` shape."""
+
+    def __init__(self, where: str, problem: str):
+        self.where, self.problem = where, problem
+        super().__init__(f"opforge: matrix.yaml: {where}: {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,13 +126,13 @@ class Toolkit:
 # the data
 
 
-def _fail(toolkit_id: str, key: str, expected: str, got: object) -> ToolkitError:
+def _fail(toolkit_id: str, key: str, expected: str, got: object) -> SpecError:
     where = f"toolkits.{toolkit_id}" + (f".{key}" if key else "")
-    return ToolkitError(f"opforge: matrix.yaml: {where}: expected {expected}, got {got!r}")
+    return SpecError(where, f"expected {expected}, got {got!r}")
 
 
 def parse_spec(toolkit_id: str, data: object) -> ToolkitSpec:
-    """Validate one `toolkits:` entry; raise ToolkitError naming the key on the first problem."""
+    """Validate one `toolkits:` entry; raise SpecError naming the key on the first problem."""
     if not isinstance(toolkit_id, str) or not TOOLKIT_ID.match(toolkit_id):
         raise _fail(str(toolkit_id), "", "an id of lower-case letters, digits, '.', '-', '_'",
                     toolkit_id)
@@ -186,17 +197,9 @@ def _parse_debian(toolkit_id: str, source: str, cuda: str, deb: object) -> Mappi
 
 
 def load(path: Path = MATRIX) -> dict[str, ToolkitSpec]:
-    """All toolkits of matrix.yaml, validated."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ToolkitError(f"opforge: {path.name}: not valid YAML: {exc}".replace("\n", " ")) from None
-    toolkits = (data or {}).get("toolkits") if isinstance(data, Mapping) else None
-    if not isinstance(toolkits, Mapping) or not toolkits:
-        raise ToolkitError(f"opforge: {path.name}: toolkits: expected a mapping of toolkit ids, "
-                           f"got {toolkits!r}")
+    """All toolkits of the matrix file, read and validated by ci.matrix (the one reader of
+    matrix.yaml); a bad file raises ci.matrix.MatrixError."""
+    toolkits = mx.load(path).data["toolkits"]
     return {str(tid): parse_spec(str(tid), spec) for tid, spec in toolkits.items()}
 
 
@@ -568,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(dataclasses.asdict(found)))
             return 0 if found.available else 1
         print(provision(args.id, spec).root)
-    except ToolkitError as exc:
+    except (ToolkitError, mx.MatrixError) as exc:
         print(exc, file=sys.stderr)
         return 2
     return 0

@@ -252,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ci.workflows",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--matrix", type=Path, default=mx.MATRIX)
+    parser.add_argument("--root", type=Path, default=REPO,
+                        help="the tree holding the generated files (default: this repository)")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="fail when a committed file is stale")
     mode.add_argument("--update", action="store_true", help="rewrite the generated files")
@@ -263,11 +265,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2  # a bad matrix.yaml is a usage error; 1 means stale files
     if args.update:
         for path, text in files.items():
-            (REPO / path).parent.mkdir(parents=True, exist_ok=True)
-            (REPO / path).write_text(text)
+            (args.root / path).parent.mkdir(parents=True, exist_ok=True)
+            (args.root / path).write_text(text)
             print(f"opforge: wrote {path}", file=sys.stderr)
         return 0
-    problems = stale(REPO, files)
+    problems = stale(args.root, files)
     for problem in problems:
         print(problem, file=sys.stderr)
     if not problems:

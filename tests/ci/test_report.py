@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ci import matrix as mx
 from ci import report
-from ci.runner import Result
+from ci.report import Result
 
 
 def make(matrix, tmp_path, host):
@@ -18,7 +20,7 @@ def make(matrix, tmp_path, host):
     for index in range(len(cells)):
         row = {}
         for name in matrix.stages:
-            row[name] = Result("skipped: no GPU", key=f"{name}-k", origin="skip")
+            row[name] = Result.skip("no GPU", key=f"{name}-k")
         row["build-torch"] = Result("pass", 12.5, {"sass.sm_80": 1}, key="bt", detail="SASS sm_80",
                                     origin="run" if index == 0 else "reused", first_cell=0)
         row["unit-ort"] = Result("fail", 3.0, {"tests": 10, "failures": 1}, key=f"uo{index}",
@@ -39,7 +41,9 @@ def test_json_has_cells_by_stages(matrix, tmp_path, host):
     first = saved["cells"][0]["stages"]
     assert set(first) == set(matrix.stages)
     assert first["unit-ort"]["status"] == "fail" and first["unit-ort"]["numbers"]["failures"] == 1
-    assert first["gpu-unit"]["status"] == "skipped: no GPU"
+    assert first["unit-ort"]["reason"] == ""
+    assert (first["gpu-unit"]["status"], first["gpu-unit"]["reason"]) == ("skip", "no GPU")
+    assert saved["format"] == 2
     assert saved["cells"][1]["stages"]["build-torch"]["origin"] == "reused"
     assert report.exit_code(saved) == 1
     assert saved["summary"]["origin.reused"] == 2 and saved["summary"]["origin.cached"] == 3
@@ -64,3 +68,23 @@ def test_exit_code_is_zero_only_when_complete_and_nothing_failed(matrix, tmp_pat
     assert report.exit_code(data) == 0
     data["complete"] = False
     assert report.exit_code(data) == 1
+
+
+def test_markdown_keeps_the_skipped_wording(matrix, tmp_path, host):
+    make(matrix, tmp_path, host)
+    text = (tmp_path / "build" / "matrix" / "report.md").read_text()
+    assert "| skipped |" in text and "| no GPU |" in text
+    assert "skipped: skipped" not in text and "| skip |" not in text
+
+
+@pytest.mark.parametrize("status, reason", [("skipped: no GPU", ""), ("skipped", ""),
+                                            ("skip", ""), ("pass", "no GPU"), ("ok", "")])
+def test_a_status_holds_no_prose_and_a_reason_goes_with_a_skip_only(status, reason):
+    with pytest.raises(ValueError, match=r"Result\.(status|reason): expected"):
+        Result(status, reason=reason)
+
+
+def test_labels_are_what_a_person_reads():
+    assert Result.skip("no GPU").label == "skipped: no GPU"
+    assert Result("fail").label == "fail"
+    assert Result.skip("no GPU").origin == "skip"

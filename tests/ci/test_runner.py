@@ -8,7 +8,7 @@ import pytest
 
 from ci import matrix as mx
 from ci import runner
-from ci.runner import Result
+from ci.report import Result
 
 
 @pytest.fixture
@@ -49,7 +49,8 @@ def test_each_key_runs_once_and_failures_skip_dependents(fake, matrix):
     by_torch = {c["values"]["torch"]: c for c in data["cells"]}
     cuda = by_torch["2.14.1"]["stages"]
     assert cuda["build-torch"]["status"] == "fail"
-    assert cuda["unit-torch"]["status"] == "skipped: needs build-torch (failed)"
+    assert cuda["unit-torch"]["status"] == "skip"
+    assert cuda["unit-torch"]["reason"] == "needs build-torch (failed)"
     assert cuda["unit-ort"]["status"] == "pass"               # other stages of the cell go on
     assert by_torch["2.13.0"]["stages"]["unit-torch"]["status"] == "pass"
     assert data["summary"]["fail"] > 0 and runner.report.exit_code(data) == 1
@@ -87,9 +88,11 @@ def test_cross_runs_once_per_export_over_every_ort(fake):
     assert len(fake.seen["cross"].split(":")) == 2          # ORT 1.17.3 and 1.32.0 of the group
     by_torch = {}
     for c in data["cells"]:
-        by_torch.setdefault(c["values"]["torch"], set()).add(c["stages"]["cross"]["status"])
-    assert by_torch["2.13.0"] == {"pass"}
-    assert by_torch["2.14.1"] == {"skipped: needs align passing for >= 2 ort values of the group"}
+        cross_result = c["stages"]["cross"]
+        by_torch.setdefault(c["values"]["torch"], set()).add((cross_result["status"],
+                                                               cross_result["reason"]))
+    assert by_torch["2.13.0"] == {("pass", "")}
+    assert by_torch["2.14.1"] == {("skip", "needs align passing for >= 2 ort values of the group")}
 
 
 def test_a_hung_command_is_killed_and_fails_the_stage(matrix, host, tmp_path):

@@ -1,4 +1,5 @@
-"""ci/toolkits.py: the toolkit data, the probe, and a real compile check with the system nvcc."""
+"""ci/toolkits.py: the toolkit data, its structured errors, the probe (the real compile check of
+the live matrix's toolkits: test_live_matrix.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -8,8 +9,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+FROZEN = Path(__file__).resolve().parent / "golden" / "matrix.yaml"
 sys.path.insert(0, str(REPO))
 
+from ci import matrix as mx
 from ci import toolkits
 
 SYSTEM = {"cuda": "13.0", "source": "system", "cuobjdump": "nvidia-cuda-cuobjdump==13.5.37"}
@@ -40,8 +43,8 @@ def test_the_three_kinds_parse():
     assert toolkits.parse_spec("c", DEBIAN).debian["package"] == "nvidia-cuda-toolkit"
 
 
-def test_matrix_yaml_toolkits_are_valid():
-    specs = toolkits.load()
+def test_toolkits_of_a_matrix_file_are_valid():
+    specs = toolkits.load(FROZEN)
     assert {spec.source for spec in specs.values()} == {"system", "pypi", "debian"}
 
 
@@ -57,11 +60,22 @@ def test_matrix_yaml_toolkits_are_valid():
     ({"cuobjdump": "cuobjdump"}, "cuobjdump", "a pin such as"),
 ])
 def test_bad_spec_names_the_key(change, key, expected):
-    with pytest.raises(toolkits.ToolkitError) as error:
+    with pytest.raises(toolkits.SpecError) as error:
         toolkits.parse_spec("cuda-13.0-pypi", {**PYPI, **change})
+    assert error.value.where == f"toolkits.cuda-13.0-pypi.{key}"
+    assert error.value.problem.startswith(f"expected {expected}")
     message = str(error.value)
     assert f"matrix.yaml: toolkits.cuda-13.0-pypi.{key}: expected {expected}" in message
     assert "\n" not in message
+
+
+def test_the_matrix_reader_reports_the_fields_of_a_toolkit_error(raw):
+    """A toolkit problem reads like every other matrix.yaml problem (built from the fields)."""
+    broken = {**raw, "toolkits": {**raw["toolkits"], "t": {**PYPI, "source": "conda: x"}}}
+    with pytest.raises(mx.MatrixError) as caught:
+        mx.parse(broken)
+    assert str(caught.value) == ("matrix.yaml: toolkits.t.source: expected one of ['system', "
+                                 "'pypi', 'debian'], got 'conda: x'")
 
 
 def test_bad_debian_spec():
@@ -72,13 +86,26 @@ def test_bad_debian_spec():
         toolkits.parse_spec("t", {**SYSTEM, "packages": PYPI["packages"]})
 
 
-def test_broken_matrix_file_is_one_line(tmp_path):
+def test_broken_matrix_file_is_refused_by_the_one_reader(tmp_path):
     bad = tmp_path / "matrix.yaml"
     bad.write_text("toolkits: {a: [\n")
-    with pytest.raises(toolkits.ToolkitError) as error:
+    with pytest.raises(mx.MatrixError) as error:
         toolkits.load(bad)
-    assert str(error.value).startswith("opforge: matrix.yaml: not valid YAML")
+    assert str(error.value).startswith("matrix.yaml: line 2, column 1: YAML syntax error")
     assert "\n" not in str(error.value)
+
+
+def test_the_reader_refuses_what_ci_matrix_refuses(tmp_path):
+    """An anchor was fine for the old private safe_load; the one reader refuses it everywhere."""
+    text = FROZEN.read_text().replace("cuda-13.0-system: {cuda", "cuda-13.0-system: &s {cuda", 1)
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text(text)
+    with pytest.raises(mx.MatrixError, match="YAML anchors and aliases"):
+        toolkits.load(bad)
+    done = subprocess.run([sys.executable, "-m", "ci.toolkits", "--matrix", str(bad), "list"],
+                          cwd=REPO, check=False, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.startswith("matrix.yaml: line ") and len(done.stderr.splitlines()) == 1
 
 
 def test_cache_key_follows_the_pins():
@@ -111,8 +138,9 @@ def test_probe_downloads_nothing(tmp_path, monkeypatch):
 
 
 def test_unknown_toolkit_cli_names_it():
-    result = subprocess.run([sys.executable, "-m", "ci.toolkits", "probe", "cuda-9.9-nowhere"],
-                            cwd=REPO, check=False, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "ci.toolkits", "--matrix", str(FROZEN), "probe",
+                             "cuda-9.9-nowhere"], cwd=REPO, check=False, capture_output=True,
+                            text=True)
     assert result.returncode == 2
     assert "toolkit 'cuda-9.9-nowhere' is not in matrix.yaml" in result.stderr
 
@@ -122,31 +150,3 @@ def test_broken_nvcc_fails_verification_naming_the_toolkit(tmp_path):
     spec = toolkits.parse_spec("cuda-13.0-system", SYSTEM)
     with pytest.raises(toolkits.ToolkitError, match=r"toolkit cuda-13\.0-system: compiling a \.cu file"):
         toolkits.verify(spec, root)
-
-
-def _toolkit_roots() -> list:
-    """The system toolkit (skipped without nvcc) and any toolkit already provisioned here."""
-    params = []
-    for toolkit_id, spec in toolkits.load().items():
-        if spec.source == "system":
-            found = toolkits.probe(spec)
-            marks = [] if found.available else [pytest.mark.skip(reason=f"no nvcc: {found.reason}")]
-            params.append(pytest.param(toolkit_id, marks=marks, id=toolkit_id))
-        else:
-            stamp = toolkits._stamp(spec)
-            reason = (f"{toolkit_id} not provisioned on this machine "
-                      f"(python -m ci.toolkits provision {toolkit_id})")
-            marks = [] if stamp else [pytest.mark.skip(reason=reason)]
-            params.append(pytest.param(toolkit_id, marks=marks, id=toolkit_id))
-    return params
-
-
-@pytest.mark.parametrize("toolkit_id", _toolkit_roots())
-def test_toolkit_compiles_cub_to_sass(toolkit_id):
-    """A real nvcc run: cub + <nv/target> to sm_80 SASS (cuobjdump), linked against libcudart."""
-    spec = toolkits.spec_of(toolkit_id)
-    toolkit = toolkits.provision(toolkit_id, spec)
-    assert toolkits.nvcc_version(toolkit.nvcc) == spec.cuda
-    assert (toolkit.root / "include" / "cuda_runtime.h").exists()
-    assert (toolkit.root / "lib64" / "libcudart.so").exists()
-    toolkits.verify(spec, toolkit.root)

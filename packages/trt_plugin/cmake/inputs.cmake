@@ -1,37 +1,30 @@
-# Build inputs, all pinned outside this package:
-#   OPFORGE_TRT_INCLUDE_DIR      env OPFORGE_TRT_INCLUDE_DIR, else the PyPI header wheel matrix.yaml
-#                                pins (sources.trt_headers), fetched by cmake/trt_headers.py
-#   OPFORGE_KERNELS_INCLUDE_DIR  env OPFORGE_KERNELS_INCLUDE_DIR, else <repo>/kernels/include
-if(DEFINED ENV{OPFORGE_REPO_ROOT})
-  set(OPFORGE_REPO_ROOT "$ENV{OPFORGE_REPO_ROOT}")
-else()
-  get_filename_component(OPFORGE_REPO_ROOT "${CMAKE_CURRENT_SOURCE_DIR}/../.." ABSOLUTE)
-endif()
-
-if(NOT DEFINED Python_EXECUTABLE)
-  find_package(Python COMPONENTS Interpreter REQUIRED)
-endif()
-
-if(DEFINED ENV{OPFORGE_TRT_INCLUDE_DIR} AND NOT "$ENV{OPFORGE_TRT_INCLUDE_DIR}" STREQUAL "")
-  set(OPFORGE_TRT_INCLUDE_DIR "$ENV{OPFORGE_TRT_INCLUDE_DIR}")
+# Build inputs of opforge_trt, each a CMake variable (-DNAME=...) or else the environment variable
+# of the same name (opforge_input, cmake/kernels.cmake):
+#   OPFORGE_TRT_INCLUDE_DIR      a folder holding NvInferRuntime.h (TensorRT >= 10). Unset: the
+#                                TensorRT headers of the PyPI wheel cmake/trt_headers.py pins,
+#                                downloaded (no dependencies) into $OPFORGE_CACHE
+#   OPFORGE_KERNELS_INCLUDE_DIR  the shared kernels (cmake/kernels.cmake, already located)
+opforge_input(OPFORGE_TRT_INCLUDE_DIR "")
+if(OPFORGE_TRT_INCLUDE_DIR)
   set(OPFORGE_TRT_HEADERS_LABEL "OPFORGE_TRT_INCLUDE_DIR")
-elseif(EXISTS "${OPFORGE_REPO_ROOT}/matrix.yaml")
+else()
+  if(NOT DEFINED Python_EXECUTABLE)
+    find_package(Python COMPONENTS Interpreter REQUIRED)
+  endif()
   execute_process(
-    COMMAND "${Python_EXECUTABLE}" "${CMAKE_CURRENT_SOURCE_DIR}/cmake/trt_headers.py" "${OPFORGE_REPO_ROOT}"
+    COMMAND "${Python_EXECUTABLE}" "${CMAKE_CURRENT_SOURCE_DIR}/cmake/trt_headers.py"
     OUTPUT_VARIABLE _headers OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
   if(NOT _rc EQUAL 0)
-    message(FATAL_ERROR "opforge_trt: fetching the TensorRT headers pinned in matrix.yaml failed; "
-                        "set OPFORGE_TRT_INCLUDE_DIR to a folder holding NvInferRuntime.h")
+    message(FATAL_ERROR "opforge_trt: fetching the TensorRT headers cmake/trt_headers.py pins failed "
+                        "(above); set OPFORGE_TRT_INCLUDE_DIR to a folder holding NvInferRuntime.h")
   endif()
   list(GET _headers 0 OPFORGE_TRT_INCLUDE_DIR)
   list(GET _headers 1 OPFORGE_TRT_HEADERS_LABEL)
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${OPFORGE_REPO_ROOT}/matrix.yaml")
-else()
-  message(FATAL_ERROR "opforge_trt: no TensorRT headers: no ${OPFORGE_REPO_ROOT}/matrix.yaml "
-                      "(sources.trt_headers) and OPFORGE_TRT_INCLUDE_DIR unset")
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/cmake/trt_headers.py")
 endif()
 if(NOT EXISTS "${OPFORGE_TRT_INCLUDE_DIR}/NvInferRuntime.h")
-  message(FATAL_ERROR "opforge_trt: ${OPFORGE_TRT_INCLUDE_DIR}/NvInferRuntime.h not found")
+  message(FATAL_ERROR "opforge_trt: OPFORGE_TRT_INCLUDE_DIR=${OPFORGE_TRT_INCLUDE_DIR}: expected "
+                      "NvInferRuntime.h there, found none")
 endif()
 file(STRINGS "${OPFORGE_TRT_INCLUDE_DIR}/NvInferVersion.h" _trt_lines REGEX "^#define TRT_(MAJOR|MINOR|PATCH)_ENTERPRISE [0-9]+")
 foreach(_part MAJOR MINOR PATCH)
@@ -44,8 +37,8 @@ if(NOT OPFORGE_TRT_MAJOR OR OPFORGE_TRT_MAJOR LESS 10)
 endif()
 set(OPFORGE_TRT_HEADER_VERSION "${OPFORGE_TRT_MAJOR}.${OPFORGE_TRT_MINOR}.${OPFORGE_TRT_PATCH}")
 
-include("${OPFORGE_REPO_ROOT}/kernels/cmake/opforge_package.cmake")
-opforge_find_kernels(opforge_trt "${OPFORGE_REPO_ROOT}")
+include("${OPFORGE_KERNELS_CMAKE_DIR}/opforge_package.cmake")  # opforge_install_library
 
 message(STATUS "opforge_trt: TensorRT headers ${OPFORGE_TRT_INCLUDE_DIR} "
-               "(TensorRT ${OPFORGE_TRT_HEADER_VERSION}, ${OPFORGE_TRT_HEADERS_LABEL})")
+               "(TensorRT ${OPFORGE_TRT_HEADER_VERSION}, ${OPFORGE_TRT_HEADERS_LABEL}); "
+               "kernels ${OPFORGE_KERNELS_INCLUDE_DIR}")

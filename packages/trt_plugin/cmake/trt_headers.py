@@ -1,12 +1,14 @@
 """Print the folder holding TensorRT's public headers (NvInferRuntime.h), fetching them if needed.
 
-The headers come from the PyPI wheel matrix.yaml pins in `sources.trt_headers` (kernel-lens,
-Apache-2.0 TensorRT headers under kernel_lens/include/tensorrt/). The wheel is downloaded with
-`pip download --no-deps` and only its header folder is unpacked into opforge's cache: installing
-it would pull torch and triton, which a header fetch has no use for. Nothing is copied into the repo.
+The headers come from the PyPI wheel pinned here (PIN: kernel-lens, Apache-2.0 TensorRT 10.14.1
+headers under kernel_lens/include/tensorrt/). The wheel is downloaded with `pip download --no-deps`
+and only its header folder is unpacked into opforge's cache ($OPFORGE_CACHE, default
+~/.cache/opforge): installing it would pull torch and triton, which a header fetch has no use for.
+Nothing is copied into the repo. Prints `<folder>;<pin>`.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -14,8 +16,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-import yaml
-
+PIN = ("kernel-lens", "==2.0.1")  # TensorRT 10.14.1 headers; pip name, version specifier
+WHEEL_SHA256 = "07cc714e8b5e7f34b672f7c7fad93febe7c747be5837ba276b1527370134ffe0"  # its only file
 MEMBER_PREFIX = "kernel_lens/include/tensorrt/"
 
 
@@ -25,12 +27,12 @@ def cache_root() -> Path:
     return Path(base)
 
 
-def pinned(repo_root: Path) -> tuple[str, str]:
-    spec = yaml.safe_load((repo_root / "matrix.yaml").read_text())["sources"]["trt_headers"]
-    return spec["pypi"], spec["version"]  # ("kernel-lens", "==2.0.1")
+def pinned(*_ignored: object) -> tuple[str, str]:
+    """PIN. Arguments are ignored: older callers passed the repository root."""
+    return PIN
 
 
-def fetch(name: str, version: str) -> Path:
+def fetch(name: str = PIN[0], version: str = PIN[1]) -> Path:
     target = cache_root() / "pypi" / f"{name}{version.replace('==', '-')}" / "tensorrt"
     if (target / "NvInferRuntime.h").is_file():
         return target
@@ -42,6 +44,10 @@ def fetch(name: str, version: str) -> Path:
             raise SystemExit(f"opforge_trt: `{' '.join(command[2:])}` failed; set OPFORGE_TRT_INCLUDE_DIR "
                              "to a folder holding TensorRT's NvInferRuntime.h")
         wheel = next(Path(tmp).glob("*.whl"))
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        if digest != WHEEL_SHA256:
+            raise SystemExit(f"opforge_trt: {wheel.name}: expected sha256 {WHEEL_SHA256} (the pinned "
+                             f"wheel), got {digest}; set OPFORGE_TRT_INCLUDE_DIR to trusted headers")
         partial = target.with_name(target.name + ".partial")
         partial.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(wheel) as archive:
@@ -58,11 +64,11 @@ def fetch(name: str, version: str) -> Path:
     return target
 
 
-def main(repo_root: str) -> int:
-    name, version = pinned(Path(repo_root))
+def main() -> int:
+    name, version = PIN
     print(f"{fetch(name, version)};{name}{version}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())  # arguments are ignored (older callers passed the repository root)

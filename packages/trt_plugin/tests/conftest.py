@@ -12,6 +12,14 @@ PACKAGE = Path(__file__).resolve().parents[1]
 REPO = PACKAGE.parents[1]
 
 
+def trt_headers():
+    """cmake/trt_headers.py as a module: the pin of the TensorRT headers lives there."""
+    spec = importlib.util.spec_from_file_location("opforge_trt_headers", PACKAGE / "cmake" / "trt_headers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def pytest_report_header(config):
     info = opforge_trt.build_info()
     return (f"opforge_trt {opforge_trt.library_path()} (CUDA {info['cuda_version']} {info['cuda_architectures']}, "
@@ -32,10 +40,7 @@ def trt_include_dir() -> Path:
     env = os.environ.get("OPFORGE_TRT_INCLUDE_DIR")
     if env:
         return Path(env)
-    if not (REPO / "matrix.yaml").is_file() or importlib.util.find_spec("yaml") is None:
-        pytest.skip("no TensorRT headers: set OPFORGE_TRT_INCLUDE_DIR (or run from the repository with "
-                    "pyyaml installed, to fetch the pin of matrix.yaml)")
-    done = subprocess.run([sys.executable, str(PACKAGE / "cmake" / "trt_headers.py"), str(REPO)],
+    done = subprocess.run([sys.executable, str(PACKAGE / "cmake" / "trt_headers.py")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return Path(done.stdout.strip().split(";")[0])

@@ -55,7 +55,8 @@ def _run(host, tmp_path, op, dtype, case):
     run = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     x = case.inputs[0]
-    return _from_bytes((tmp_path / "y.bin").read_bytes(), dtype, np.shape(x)), op.reference(*case.inputs, **case.attrs)
+    y_shape = spec.output_shape(op, np.shape(x))
+    return _from_bytes((tmp_path / "y.bin").read_bytes(), dtype, y_shape), op.reference(*case.inputs, **case.attrs)
 
 
 @pytest.mark.parametrize("dtype,case", _cases(spec.SWISH))
@@ -68,3 +69,9 @@ def test_gpu_swish(gpu_host, tmp_path, dtype, case):
 def test_gpu_rms_norm(gpu_host, tmp_path, dtype, case):
     y, expected = _run(gpu_host, tmp_path, spec.RMS_NORM, dtype, case)
     spec.RMS_NORM.check_close(y, expected, dtype, case.inputs, case.name)
+
+
+@pytest.mark.parametrize("dtype,case", _cases(spec.SWIGLU))
+def test_gpu_swiglu(gpu_host, tmp_path, dtype, case):
+    y, expected = _run(gpu_host, tmp_path, spec.SWIGLU, dtype, case)
+    spec.SWIGLU.check_close(y, expected, dtype, case.inputs, case.name)

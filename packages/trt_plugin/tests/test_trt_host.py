@@ -16,7 +16,8 @@ except ImportError:  # the spec-driven tests below skip; the host's own checks s
 
 CHECKS = ["creators", "roundtrip", "bad_fields", "formats", "shapes", "configure", "clone_attach", "enqueue",
           # field collections from outside (ONNX attributes, an engine's serialized state)
-          "serialized_state", "field_structure", "float32_rule"]
+          "serialized_state", "field_structure", "float32_rule",
+          "swiglu"]  # output shape d from the symbolic [..., 2d], odd last dim and rank 0 refused
 
 
 def _run(host, check, *extra):

@@ -458,8 +458,44 @@ void check_shapes() {
   scalar[1].nbDims = 1;
   scalar[1].d[0] = b.constant(1);
   expect(build(rms.get())->getOutputShapes(scalar, 2, nullptr, 0, out, 1, b) != 0 &&
-             g_logger.said("opforge.RMSNorm: X: expected tensor of rank >= 1, got a rank-0 tensor (scalar)"),
+             g_logger.said("opforge.RMSNorm: X: expected a tensor of rank >= 1, got a rank-0 tensor (scalar)"),
          "RMSNorm scalar X refused");
+}
+
+// SwiGLU: Y's last dim is half of X's, symbolic or constant; an odd or missing last dim is refused.
+void check_swiglu() {
+  HostExprBuilder b;
+  PluginPtr swiglu(create("SwiGLU", {}));
+  expect(swiglu != nullptr && serialized(swiglu.get())["beta"].second == 1.0, "SwiGLU without fields: beta = 1");
+  DimsExprs in[1]{};
+  in[0].nbDims = 3;
+  in[0].d[0] = b.symbol();
+  in[0].d[1] = b.constant(3);
+  in[0].d[2] = b.constant(2 * 11);
+  DimsExprs out[1]{};
+  expect(build(swiglu.get())->getOutputShapes(in, 1, nullptr, 0, out, 1, b) == 0 && out[0].nbDims == 3 &&
+             out[0].d[0] == in[0].d[0] && out[0].d[1]->getConstantValue() == 3 && out[0].d[2]->getConstantValue() == 11,
+         "SwiGLU output dims: [batch, 3, 22] -> [batch, 3, 11]");
+  in[0].d[2] = b.symbol();
+  expect(build(swiglu.get())->getOutputShapes(in, 1, nullptr, 0, out, 1, b) == 0 && !out[0].d[2]->isConstant(),
+         "SwiGLU symbolic last dim gives a symbolic half");
+  in[0].d[2] = b.constant(7);
+  expect(build(swiglu.get())->getOutputShapes(in, 1, nullptr, 0, out, 1, b) != 0 &&
+             g_logger.said("opforge.SwiGLU: X: expected a tensor of rank >= 1 whose last dim is even and >= 2, "
+                           "got shape [-1, 3, 7]"),
+         "SwiGLU odd last dim refused at shape inference");
+  DimsExprs scalar[1]{};
+  expect(build(swiglu.get())->getOutputShapes(scalar, 1, nullptr, 0, out, 1, b) != 0 &&
+             g_logger.said("opforge.SwiGLU: X: expected a tensor of rank >= 1 whose last dim is even and >= 2, got rank 0"),
+         "SwiGLU scalar X refused");
+  DynamicPluginTensorDesc odd[1] = {dyn(dims({4, 9}))}, half[1] = {dyn(dims({4, 4}))};
+  expect(build(swiglu.get())->configurePlugin(odd, 1, half, 1) != 0 &&
+             g_logger.said("opforge.SwiGLU: X: expected a tensor of rank >= 1 whose last dim is even and >= 2, got shape [4, 9]"),
+         "SwiGLU odd last dim refused at configure");
+  DynamicPluginTensorDesc good[1] = {dyn(dims({4, 8}))};
+  expect(build(swiglu.get())->configurePlugin(good, 1, half, 1) == 0, "SwiGLU [4, 8] -> [4, 4] configures");
+  const PluginTensorDesc zero_rank[1] = {desc(dims({}))}, y[1] = {desc(dims({}))};
+  expect(runtime(swiglu.get())->onShapeChange(zero_rank, 1, y, 1) != 0, "SwiGLU rank 0 refused at onShapeChange");
 }
 
 void check_configure() {
@@ -571,7 +607,8 @@ int run(int argc, char** argv) {
   const float attr = std::stof(argv[2]);
   const int nb_inputs = (argc - 4) / 2;
   const int32_t format = 1;  // the runtime phase rebuilds from serialized state: both fields
-  PluginPtr plugin(create(op.c_str(), {float_field(op == "Swish" ? "beta" : "epsilon", &attr),
+  const char* field = g_creators.at(op)->getFieldNames()->fields[0].name;  // the op's attribute
+  PluginPtr plugin(create(op.c_str(), {float_field(field, &attr),
                                        PluginField("format_version", &format, PluginFieldType::kINT32, 1)},
                           TensorRTPhase::kRUNTIME));
   if (!plugin) return std::printf("FAIL createPlugin\n"), 1;
@@ -583,10 +620,27 @@ int run(int argc, char** argv) {
     CUDA_OK(cudaMalloc(&device[i], bytes.size() + 16));
     CUDA_OK(cudaMemcpy(device[i], bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
   }
-  const size_t out_bytes = read_file(argv[4]).size();
+  // Y's dims as the plugin infers them (SwiGLU halves the last one), from constant input dims.
+  HostExprBuilder builder;
+  std::vector<DimsExprs> exprs(nb_inputs);
+  for (int i = 0; i < nb_inputs; ++i) {
+    exprs[i].nbDims = in[i].dims.nbDims;
+    for (int32_t k = 0; k < in[i].dims.nbDims; ++k) exprs[i].d[k] = builder.constant(in[i].dims.d[k]);
+  }
+  DimsExprs y_exprs[1]{};
+  if (build(plugin.get())->getOutputShapes(exprs.data(), nb_inputs, nullptr, 0, y_exprs, 1, builder) != 0)
+    return std::printf("FAIL getOutputShapes\n"), 1;
+  PluginTensorDesc out_desc[1] = {in[0]};
+  int64_t x_count = 1, y_count = 1;
+  for (int32_t k = 0; k < in[0].dims.nbDims; ++k) {
+    out_desc[0].dims.d[k] = y_exprs[0].d[k]->getConstantValue();
+    x_count *= in[0].dims.d[k];
+    y_count *= out_desc[0].dims.d[k];
+  }
+  const size_t x_bytes = read_file(argv[4]).size();
+  const size_t out_bytes = x_count == 0 ? 0 : x_bytes / x_count * y_count;
   void* out = nullptr;
   CUDA_OK(cudaMalloc(&out, out_bytes + 16));
-  PluginTensorDesc out_desc[1] = {in[0]};
   if (runtime(plugin.get())->onShapeChange(in.data(), nb_inputs, out_desc, 1) != 0) return std::printf("FAIL onShapeChange\n"), 1;
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
@@ -629,7 +683,7 @@ int main(int argc, char** argv) {
   if (!(argc > 3 && std::strcmp(argv[3], "--no-logger") == 0)) set_finder(&g_finder);
   int32_t n = -1;
   IPluginCreatorInterface* const* creators = get_creators(n);
-  expect(n == 2 && creators != nullptr, "getCreators gives 2 creators");
+  expect(n == 3 && creators != nullptr, "getCreators gives 3 creators (Swish, RMSNorm, SwiGLU)");
   for (int32_t i = 0; i < n; ++i) {
     auto* c = static_cast<IPluginCreatorV3One*>(creators[i]);
     if (std::strcmp(c->getInterfaceInfo().kind, "PLUGIN CREATOR_V3ONE") == 0) g_creators[c->getPluginName()] = c;
@@ -646,7 +700,8 @@ int main(int argc, char** argv) {
       {"creators", check_creators}, {"roundtrip", check_roundtrip}, {"bad_fields", check_bad_fields},
       {"formats", check_formats},   {"shapes", check_shapes},       {"configure", check_configure},
       {"clone_attach", check_clone_attach}, {"enqueue", check_enqueue}, {"serialized_state", check_serialized_state},
-      {"field_structure", check_field_structure}, {"float32_rule", check_float32_rule}};
+      {"field_structure", check_field_structure}, {"float32_rule", check_float32_rule},
+      {"swiglu", check_swiglu}};
   if (!checks.count(check)) {
     std::printf("FAIL unknown check %s\n", check.c_str());
     return 2;
