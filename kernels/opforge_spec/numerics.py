@@ -35,6 +35,9 @@ def round_to(dtype, values) -> np.ndarray:
     return np.where(np.isnan(f), np.float32("nan"), out)
 
 
+SMALLEST_SPACING = float(np.finfo(np.float64).smallest_subnormal)
+
+
 def ulp(dtype, values) -> np.ndarray:
     """Spacing of `dtype` at each value (its unit in the last place), as float64."""
     name = dtype_name(dtype)
@@ -77,7 +80,9 @@ def _measure(a, e, dtype, rtol, atol) -> Errors:
     finite = ~special
     diff = np.where(finite, np.abs(a - e), 0.0)
     rel = np.where(finite, diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny), 0.0)
-    ulps = np.where(finite, diff / np.maximum(ulp(dtype, e), np.finfo(np.float64).tiny), 0.0)
+    # spacing is never 0; the floor only guards the division. It must stay below the subnormal
+    # spacing near 0 (tiny would make a 1-ulp error at 0.0 read as 2e-16 ulp).
+    ulps = np.where(finite, diff / np.maximum(ulp(dtype, e), SMALLEST_SPACING), 0.0)
     bad = pattern_bad | (finite & (diff > atol + rtol * np.abs(np.where(finite, e, 0.0))))
     score = np.where(pattern_bad, np.inf, diff - (atol + rtol * np.abs(np.where(finite, e, 0.0))))
     worst = np.unravel_index(int(np.argmax(score)), a.shape)

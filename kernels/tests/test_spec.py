@@ -71,3 +71,11 @@ def test_bad_cases_mention_op_and_input():
     for op in spec.OPS.values():
         for bad in op.bad_cases():
             assert f"opforge.{op.name}" in bad.mentions
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_one_ulp_error_at_zero_is_one_ulp(dtype):
+    """The ulp of 0 is the smallest subnormal: a fault that turns 0.0 into it is 1 ulp, not 2e-16."""
+    e = np.zeros(1, dtype)
+    a = np.nextafter(e, np.ones(1, dtype))
+    assert spec.SWISH.errors(a, e.astype(np.float64), dtype).max_ulp == pytest.approx(1.0)

@@ -16,6 +16,8 @@ import numpy as np
 import opforge_spec as spec
 
 TINY = np.finfo(np.float64).tiny
+# floor of an ulp division: below every dtype's spacing at 0 (TINY would turn 1 ulp into 2e-16)
+SPACING_FLOOR = np.finfo(np.float64).smallest_subnormal
 
 
 @dataclass
@@ -70,7 +72,8 @@ def _measure_float(a, e, dtype, rtol, atol) -> Metrics:
     scale = float(np.sqrt(np.mean(np.square(e[finite])))) if finite.any() else 0.0
     allowed = atol + rtol * (magnitude + scale)
     bad = pattern_bad | (finite & (diff > allowed))
-    ulps = np.where(finite, diff / np.maximum(spec.ulp(dtype, np.where(finite, e, 0.0)), TINY), 0.0)
+    spacing = np.maximum(spec.ulp(dtype, np.where(finite, e, 0.0)), SPACING_FLOOR)
+    ulps = np.where(finite, diff / spacing, 0.0)
     rel = diff / np.maximum(magnitude, TINY)
     # worst: the element furthest outside (or nearest to leaving) its tolerance
     ratio = np.where(allowed > 0, diff / np.where(allowed > 0, allowed, 1.0), np.where(diff > 0, np.inf, 0.0))
@@ -108,4 +111,4 @@ def ulp_errors(actual, expected) -> np.ndarray:
     with np.errstate(all="ignore"):
         a64, e64 = a.astype(np.float64).ravel(), e.astype(np.float64).ravel()
         finite = np.isfinite(a64) & np.isfinite(e64)
-        return np.abs(a64 - e64)[finite] / np.maximum(spec.ulp(dtype, e64[finite]), TINY)
+        return np.abs(a64 - e64)[finite] / np.maximum(spec.ulp(dtype, e64[finite]), SPACING_FLOOR)

@@ -47,7 +47,8 @@ class RMSNorm(_SpecOp):
 class SwiGLU(_SpecOp):
     spec_op = spec.SWIGLU
 
-    def _run(self, x, beta=None):
+    # like Swish, onnx offers the attributes of its own Swish (alpha) to this op as well
+    def _run(self, x, beta=None, alpha=None):
         return self._compute((x,), {"beta": beta})
 
 

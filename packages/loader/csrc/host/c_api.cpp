@@ -154,6 +154,19 @@ int32_t null_argument(const char* fn, const char* what, char* err, size_t len) {
   return fill(err, len, msg, OPFORGE_ERR_INVALID_ARGUMENT);
 }
 
+// A registry operation taking one string argument (`what` names it in the NULL message): guarded,
+// NULLs refused, the registry's message copied out on failure.
+template <class Call>
+int32_t registry_call(const char* fn, OpforgeRegistry* reg, const char* arg, const char* what, char* err,
+                      size_t len, Call&& call) noexcept {
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!reg || !arg) return null_argument(fn, reg ? what : "a registry", err, len);
+    std::string e;
+    int32_t s = call(e);
+    return s ? fill(err, len, e, s) : s;
+  });
+}
+
 // Attributes named by the caller, checked against the schema, defaults filled in schema order.
 int32_t create_instance(const OpforgeOpDef* d, const OpforgeAttrValue* attrs, uint32_t n, void** instance, char* err,
                         size_t len) {
@@ -237,54 +250,29 @@ void opforge_registry_set_log(OpforgeRegistry* reg, OpforgeLogFn fn, void* user)
 }
 
 int32_t opforge_registry_load(OpforgeRegistry* reg, const char* path, char* err, size_t len) {
-  const char* fn = __func__;
-  return guarded(fn, err, len, [&]() -> int32_t {
-    if (!reg || !path) return null_argument(fn, reg ? "a library path" : "a registry", err, len);
-    std::string e;
-    int32_t s = reg->impl.load(path, e);
-    return s ? fill(err, len, e, s) : s;
-  });
+  return registry_call(__func__, reg, path, "a library path", err, len,
+                       [&](std::string& e) { return reg->impl.load(path, e); });
 }
 
 int32_t opforge_registry_load_dir(OpforgeRegistry* reg, const char* dir, uint32_t* loaded, uint32_t* refused,
                                   char* err, size_t len) {
-  const char* fn = __func__;
-  return guarded(fn, err, len, [&]() -> int32_t {
-    if (!reg || !dir) return null_argument(fn, reg ? "a directory" : "a registry", err, len);
-    std::string e;
-    int32_t s = reg->impl.load_dir(dir, loaded, refused, e);
-    return s ? fill(err, len, e, s) : s;
-  });
+  return registry_call(__func__, reg, dir, "a directory", err, len,
+                       [&](std::string& e) { return reg->impl.load_dir(dir, loaded, refused, e); });
 }
 
 int32_t opforge_registry_unload(OpforgeRegistry* reg, const char* name, char* err, size_t len) {
-  const char* fn = __func__;
-  return guarded(fn, err, len, [&]() -> int32_t {
-    if (!reg || !name) return null_argument(fn, reg ? "a plugin name" : "a registry", err, len);
-    std::string e;
-    int32_t s = reg->impl.unload(name, e);
-    return s ? fill(err, len, e, s) : s;
-  });
+  return registry_call(__func__, reg, name, "a plugin name", err, len,
+                       [&](std::string& e) { return reg->impl.unload(name, e); });
 }
 
 int32_t opforge_registry_reload(OpforgeRegistry* reg, const char* path, char* err, size_t len) {
-  const char* fn = __func__;
-  return guarded(fn, err, len, [&]() -> int32_t {
-    if (!reg || !path) return null_argument(fn, reg ? "a library path" : "a registry", err, len);
-    std::string e;
-    int32_t s = reg->impl.reload(path, e);
-    return s ? fill(err, len, e, s) : s;
-  });
+  return registry_call(__func__, reg, path, "a library path", err, len,
+                       [&](std::string& e) { return reg->impl.reload(path, e); });
 }
 
 int32_t opforge_registry_sync_dir(OpforgeRegistry* reg, const char* dir, uint32_t* changes, char* err, size_t len) {
-  const char* fn = __func__;
-  return guarded(fn, err, len, [&]() -> int32_t {
-    if (!reg || !dir) return null_argument(fn, reg ? "a directory" : "a registry", err, len);
-    std::string e;
-    int32_t s = reg->impl.sync_dir(dir, changes, e);
-    return s ? fill(err, len, e, s) : s;
-  });
+  return registry_call(__func__, reg, dir, "a directory", err, len,
+                       [&](std::string& e) { return reg->impl.sync_dir(dir, changes, e); });
 }
 
 void opforge_registry_enumerate(OpforgeRegistry* reg, OpforgeOpVisitor fn, void* user) {

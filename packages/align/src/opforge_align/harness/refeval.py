@@ -37,7 +37,8 @@ class RMSNorm(OpRun):
 class SwiGLU(OpRun):
     op_domain = "opforge"
 
-    def _run(self, x, beta=None):
+    # like Swish, onnx offers the attributes of its own Swish (alpha) to this op as well
+    def _run(self, x, beta=None, alpha=None):
         beta = 1.0 if beta is None else beta
         a, b = np.split(x.astype(np.float64), 2, axis=-1)
         with np.errstate(over="ignore", invalid="ignore"):
