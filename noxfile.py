@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -42,19 +41,10 @@ def _pins(matrix: mx.Matrix, *names: str) -> list[str]:
     return venvs.tools_requirements(matrix, names)
 
 
-def _package_pin(package: str, name: str) -> str:
-    """`name==version` as packages/<package>/pyproject.toml pins it (its one source)."""
-    text = (REPO / "packages" / package / "pyproject.toml").read_text()
-    match = re.search(rf'"({re.escape(name)}==[^";]+)"', text)
-    if match is None:
-        raise SystemExit(f"packages/{package}/pyproject.toml: no pin {name}==<version>")
-    return match.group(1)
-
-
 def _fuzz_pins(matrix: mx.Matrix) -> list[str]:
     """What fuzz/targets need beyond the compiler: atheris; the JSON headers the manifest
     reader builds with (the loader's pin)."""
-    return [*_pins(matrix, "pyyaml", "packaging", "atheris"), _package_pin("loader", "nlohmann-json")]
+    return [*_pins(matrix, "pyyaml", "packaging", "atheris"), venvs.package_pin("loader", "nlohmann-json")]
 
 
 def _cpu_env(matrix: mx.Matrix) -> dict[str, str]:

@@ -6,6 +6,7 @@ the list, written only after pip succeeded, so a half-made venv is rebuilt, neve
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -43,8 +44,17 @@ def torch_requirements(matrix: mx.Matrix, torch: str) -> list[str]:
 def ort_requirements(matrix: mx.Matrix, ort: str, settings: Mapping) -> list[str]:
     return [*matrix.props("ort", ort)["packages"],
             *python_pins(matrix, names=("numpy", "onnx", "pytest"), settings=settings),
-            # the TensorRT plugin's tests read the header pin from matrix.yaml
-            pin("pyyaml", matrix.tools["pyyaml"])]
+            # the loader's tests (run in this venv) compile its host sources against these headers
+            package_pin("loader", "nlohmann-json")]
+
+
+def package_pin(package: str, name: str) -> str:
+    """`name==version` as packages/<package>/pyproject.toml pins it (its one source)."""
+    text = (mx.REPO / "packages" / package / "pyproject.toml").read_text()
+    match = re.search(rf'"({re.escape(name)}==[^";]+)"', text)
+    if match is None:
+        raise SystemExit(f"packages/{package}/pyproject.toml: no pin {name}==<version>")
+    return match.group(1)
 
 
 def tools_requirements(matrix: mx.Matrix, names: Iterable[str]) -> list[str]:
