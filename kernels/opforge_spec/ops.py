@@ -20,7 +20,7 @@ def error(op_name: str, what: str, expected: str, got: str) -> str:
 
 def format_number(value: float) -> str:
     """A number as the C++ layers print it (printf "%.9g": round-trips every float32)."""
-    return "%.9g" % value
+    return format(value, ".9g")
 
 
 # Attributes are float32: a value must stay finite once rounded to float32. 2**128 - 2**103 is the
