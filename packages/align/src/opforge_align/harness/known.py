@@ -32,6 +32,10 @@ DEVIATIONS = (
         "ORT_ENABLE_EXTENDED fuses Mul(x, Sigmoid(x)) into com.microsoft.QuickGelu, which has no "
         "float64 CPU kernel: session creation fails with NOT_IMPLEMENTED (seen in 1.17.3 and "
         "1.20.1, not in 1.32.0)")),
+    Deviation("decomposed", "SwiGLU", "float64", ort_below="1.32", why=(
+        "the same fusion in A*Sigmoid(A)*B: Mul(A, Sigmoid(A)) becomes com.microsoft.QuickGelu, "
+        "which has no float64 CPU kernel: session creation fails with NOT_IMPLEMENTED (seen in "
+        "1.17.3 and 1.20.1, not in 1.32.0)")),
     Deviation("decomposed", "RMSNorm", "float64", ort_below="1.32", why=(
         "ORT_ENABLE_EXTENDED fuses the float64 graph into SimplifiedLayerNormalization, which "
         "computes wrongly (float32-level error, epsilon=0.01 ignored: max abs error 2.04); "
