@@ -154,6 +154,21 @@ int32_t null_argument(const char* fn, const char* what, char* err, size_t len) {
   return fill(err, len, msg, OPFORGE_ERR_INVALID_ARGUMENT);
 }
 
+// A call into a plugin with tensors in and out: guarded, NULLs refused, the host's argument check
+// first, the plugin's own message (bounded buffer) turned into the status.
+template <class Call>
+int32_t plugin_call(const char* fn, const OpforgeOpRef* ref, const OpforgeTensor* inputs, uint32_t n_in,
+                    const void* outputs, uint32_t n_out, char* err, size_t len, Call&& call) noexcept {
+  return guarded(fn, err, len, [&]() -> int32_t {
+    if (!ref || (n_in > 0 && !inputs) || (n_out > 0 && !outputs))
+      return null_argument(fn, !ref ? "an op reference" : !outputs ? "outputs" : "inputs", err, len);
+    const OpforgeOpDef* d = entry_of(ref)->def;
+    if (int32_t bad = check_call(d, inputs, n_in, n_out, err, len)) return bad;
+    char buf[1024] = {0};
+    return plugin_status(d, call(d, buf, sizeof(buf) - 1), buf, err, len);
+  });
+}
+
 // A registry operation taking one string argument (`what` names it in the NULL message): guarded,
 // NULLs refused, the registry's message copied out on failure.
 template <class Call>
@@ -333,28 +348,18 @@ void opforge_op_destroy(const OpforgeOpRef* ref, void* instance) {
 
 int32_t opforge_op_output_shapes(const OpforgeOpRef* ref, void* instance, const OpforgeTensor* inputs, uint32_t n_in,
                                  OpforgeTensorDesc* outputs, uint32_t n_out, char* err, size_t len) {
-  const char* fn = __func__;
-  return guarded(fn, err, len, [&]() -> int32_t {
-    if (!ref || (n_in > 0 && !inputs) || (n_out > 0 && !outputs))
-      return null_argument(fn, !ref ? "an op reference" : !outputs ? "outputs" : "inputs", err, len);
-    const OpforgeOpDef* d = entry_of(ref)->def;
-    if (int32_t bad = check_call(d, inputs, n_in, n_out, err, len)) return bad;
-    char buf[1024] = {0};
-    return plugin_status(d, d->output_shapes(instance, inputs, n_in, outputs, n_out, buf, sizeof(buf) - 1), buf, err, len);
-  });
+  return plugin_call(__func__, ref, inputs, n_in, outputs, n_out, err, len,
+                     [&](const OpforgeOpDef* d, char* buf, size_t size) {
+                       return d->output_shapes(instance, inputs, n_in, outputs, n_out, buf, size);
+                     });
 }
 
 int32_t opforge_op_compute(const OpforgeOpRef* ref, void* instance, const OpforgeTensor* inputs, uint32_t n_in,
                            OpforgeTensor* outputs, uint32_t n_out, char* err, size_t len) {
-  const char* fn = __func__;
-  return guarded(fn, err, len, [&]() -> int32_t {
-    if (!ref || (n_in > 0 && !inputs) || (n_out > 0 && !outputs))
-      return null_argument(fn, !ref ? "an op reference" : !outputs ? "outputs" : "inputs", err, len);
-    const OpforgeOpDef* d = entry_of(ref)->def;
-    if (int32_t bad = check_call(d, inputs, n_in, n_out, err, len)) return bad;
-    char buf[1024] = {0};
-    return plugin_status(d, d->compute(instance, inputs, n_in, outputs, n_out, buf, sizeof(buf) - 1), buf, err, len);
-  });
+  return plugin_call(__func__, ref, inputs, n_in, outputs, n_out, err, len,
+                     [&](const OpforgeOpDef* d, char* buf, size_t size) {
+                       return d->compute(instance, inputs, n_in, outputs, n_out, buf, size);
+                     });
 }
 
 int32_t opforge_manifest_check(const char* manifest_path, const char* runtime_version, char* err, size_t len) {
