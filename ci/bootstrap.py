@@ -1,8 +1,9 @@
 """Run nox at the version matrix.yaml pins, from a private venv: `python3 ci/bootstrap.py -s matrix`.
 
 Works on a bare machine with Python >= 3.9 (standard library only): reads `tools:` of matrix.yaml
-line by line (no YAML parser yet), checks every pin, makes .nox/_bootstrap with the pinned nox and
-PyYAML once, then hands every argument to that nox. A problem is one line
+line by line (no YAML parser yet), checks every pin, makes .nox/_bootstrap with the pinned nox,
+PyYAML, packaging and pydantic (what ci/matrix.py and ci/schema.py read matrix.yaml with) once,
+then hands every argument to that nox. A problem is one line
 `matrix.yaml: <where>: <problem>` and exit code 2, found before the venv is touched.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".nox" / "_bootstrap"
-NEEDED = ("nox", "pyyaml", "packaging")
+NEEDED = ("nox", "pyyaml", "packaging", "pydantic")
 MAX_BYTES = 256 * 1024     # the limit ci/matrix.py applies to the same file
 
 # A strict subset of what ci/matrix.py accepts (canonical PEP 440, checked with `packaging`,

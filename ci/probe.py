@@ -97,8 +97,8 @@ def probe_toolkits(matrix: mx.Matrix) -> dict[str, Fact]:
     from ci import toolkits
 
     found = {}
-    for tid, spec in matrix.data["toolkits"].items():
-        result = toolkits.probe(toolkits.parse_spec(tid, spec))
+    for tid, spec in matrix.toolkits.items():       # ToolkitSpecs, validated by the schema
+        result = toolkits.probe(spec)
         state = "cached" if result.cached else "obtainable" if result.available else "unavailable"
         found[tid] = Fact(result.available, f"{state}: {result.reason}")
     return found

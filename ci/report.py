@@ -68,8 +68,8 @@ def label(status: str, reason: str = "") -> str:
     return f"skipped: {reason}" if status == SKIP else status
 
 
-def build_json(*, profile, matrix, host, cells, rows, excluded, duration_s) -> dict:
-    stages = list(matrix.stages)
+def build_json(*, profile, matrix, host, cells, rows, excluded, duration_s, stages=None) -> dict:
+    stages = list(matrix.stages if stages is None else stages)   # the stages the run selected
     out_cells = []
     for index, (cell, row) in enumerate(zip(cells, rows), 1):
         out_cells.append({"index": index, "id": cell.id, "values": dict(cell.values),
@@ -214,14 +214,69 @@ def _headline(numbers: dict[str, Any]) -> str:
 
 
 def write(out: Path, **kw) -> dict:
-    root = out.parent.parent  # the repository (out is build/matrix)
+    # the repository: logs are repository-relative when out is inside it (build/<name>)
+    root = mx.REPO if out.is_relative_to(mx.REPO) else out.parent.parent
     data = build_json(**kw)
+    data["report"] = str(out.relative_to(mx.REPO)) if out.is_relative_to(mx.REPO) else str(out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "report.json.tmp"
     tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
     tmp.replace(out / "report.json")
     (out / "report.md").write_text(render_md(data, root) + "\n")
     return data
+
+
+def distinct_runs(data: dict[str, Any]) -> list[tuple[dict, str, dict]]:
+    """(cell, stage, result) of each stage run once (executed or cached), in report order."""
+    seen, out = set(), []
+    for cell in data["cells"]:
+        for name, result in cell["stages"].items():
+            if result["origin"] in ("run", "cached") and result["key"] not in seen:
+                seen.add(result["key"])
+                out.append((cell, name, result))
+    return out
+
+
+def pytest_tally(data: dict[str, Any], matrix: mx.Matrix) -> dict[str, Any]:
+    """Tests passed / failed / skipped over the distinct pytest runs (from their JUnit numbers);
+    `unfinished`: pytest stages that failed without a JUnit report (crash, timeout)."""
+    tally = {"passed": 0, "failed": 0, "skipped": 0, "suites": 0, "unfinished": []}
+    for cell, name, result in distinct_runs(data):
+        if matrix.stages[name].kind != "pytest":
+            continue
+        tally["suites"] += 1
+        numbers = result["numbers"]
+        if "tests" not in numbers:
+            if result["status"] == FAIL:
+                tally["unfinished"].append(f"{name} (cell {cell['index']})")
+            continue
+        failed, skipped = numbers.get("failures", 0), numbers.get("skipped", 0)
+        tally["failed"] += failed
+        tally["skipped"] += skipped
+        tally["passed"] += numbers["tests"] - failed - skipped
+    return tally
+
+
+def summary_lines(data: dict[str, Any], matrix: mx.Matrix) -> list[str]:
+    """What the end of a run prints: counts, the tests' tally, each failure with its log."""
+    s = data["summary"]
+    counts = (f"opforge matrix: {len(data['cells'])} cells, {s.get('pass', 0)} pass, "
+              f"{s.get('fail', 0)} fail, {s.get('skipped', 0)} skipped; {s.get('origin.run', 0)} "
+              f"stage runs executed, {s.get('origin.cached', 0)} cached, "
+              f"{s.get('origin.reused', 0)} reused; {data['duration_s'] / 60:.1f} min")
+    lines = [counts]
+    tally = pytest_tally(data, matrix)
+    if tally["suites"]:
+        lines.append(f"tests: {tally['passed']} passed, {tally['failed']} failed, "
+                     f"{tally['skipped']} skipped ({tally['suites']} suites)")
+    if tally["unfinished"]:
+        lines.append(f"suites that did not finish (crash or timeout): {', '.join(tally['unfinished'])}")
+    for cell, name, result in distinct_runs(data):
+        if result["status"] == FAIL:
+            lines.append(f"FAILED {name} (cell {cell['index']}: {cell['id']}): "
+                         f"{result['detail'][:200]}; log {result['log']}")
+    lines.append(f"report: {data['report']}/report.md and report.json")
+    return lines
 
 
 def exit_code(data: dict[str, Any]) -> int:

@@ -198,9 +198,8 @@ def _parse_debian(toolkit_id: str, source: str, cuda: str, deb: object) -> Mappi
 
 def load(path: Path = MATRIX) -> dict[str, ToolkitSpec]:
     """All toolkits of the matrix file, read and validated by ci.matrix (the one reader of
-    matrix.yaml); a bad file raises ci.matrix.MatrixError."""
-    toolkits = mx.load(path).data["toolkits"]
-    return {str(tid): parse_spec(str(tid), spec) for tid, spec in toolkits.items()}
+    matrix.yaml; its schema parses each with parse_spec); a bad file raises MatrixError."""
+    return dict(mx.load(path).toolkits)
 
 
 def spec_of(toolkit_id: str, path: Path = MATRIX) -> ToolkitSpec:

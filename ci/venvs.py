@@ -6,6 +6,7 @@ the list, written only after pip succeeded, so a half-made venv is rebuilt, neve
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 import subprocess
@@ -18,6 +19,8 @@ from ci import matrix as mx
 
 VENVS = mx.REPO / "build" / "venvs"
 MARKER = ".opforge-requirements"
+# What was installed on top of the requirements (the op spec, built wheels, tools): slot -> token
+INSTALLED = ".opforge-installed.json"
 
 
 def pin(name: str, version: str) -> str:
@@ -46,6 +49,13 @@ def ort_requirements(matrix: mx.Matrix, ort: str, settings: Mapping) -> list[str
             *python_pins(matrix, names=("numpy", "onnx", "pytest"), settings=settings),
             # the loader's tests (run in this venv) compile its host sources against these headers
             package_pin("loader", "nlohmann-json")]
+
+
+def requirements(matrix: mx.Matrix, cell: mx.Cell, kind: str) -> list[str]:
+    """The pins of a cell's torch or ORT venv."""
+    if kind == "torch":
+        return torch_requirements(matrix, cell.values["torch"])
+    return ort_requirements(matrix, cell.values["ort"], cell.settings)
 
 
 def package_pin(package: str, name: str) -> str:
@@ -97,3 +107,31 @@ def _check(command: list[str], log) -> None:
     if done.returncode != 0:
         raise RuntimeError(f"`{' '.join(command[:4])} ...` failed (exit {done.returncode}): "
                            f"{done.stdout.strip()[-800:]}")
+
+
+def installed(venv: Path) -> dict[str, str]:
+    try:
+        return json.loads((venv / INSTALLED).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def install_on_top(venv: Path, items: Mapping[str, tuple[str, str]], run, *,
+                   pip_args: Iterable[str] = ()) -> list[str]:
+    """pip-install the items whose token differs from what this venv recorded, then record them.
+
+    items: slot (a distribution) -> (what pip installs, token: a pin, a wheel path named by its
+    inputs hash, a tree hash). `run(argv) -> exit code` runs pip (and logs). Returns the slots
+    installed; an unchanged item costs no pip call (the point of a --fresh re-run)."""
+    have = installed(venv)
+    todo = {slot: item for slot, item in items.items() if have.get(slot) != item[1]}
+    if not todo:
+        return []
+    command = [str(python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+               *pip_args, *(target for target, _ in todo.values())]
+    if run(command) != 0:
+        raise RuntimeError(f"pip install {' '.join(todo)} into {venv.name} failed")
+    have = installed(venv)  # re-read: another stage of the run may have recorded meanwhile
+    have.update({slot: token for slot, (_, token) in todo.items()})
+    (venv / INSTALLED).write_text(json.dumps(have, indent=1, sort_keys=True) + "\n")
+    return sorted(todo)

@@ -21,11 +21,13 @@ try:
     from ci import matrix as mx
     from ci import toolkits
     from ci.bootstrap import NEEDED as BOOTSTRAP_TOOLS
+    from ci.plan import cell_slug
 except ImportError:  # run as a script: python ci/workflows.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from ci import matrix as mx
     from ci import toolkits
     from ci.bootstrap import NEEDED as BOOTSTRAP_TOOLS  # nox and PyYAML: what runs nox
+    from ci.plan import cell_slug  # the job id; `nox -s matrix -- --cell ID` reruns that job
 
 REPO = mx.REPO
 CI_PROFILE = "ci-gpu"
@@ -45,14 +47,6 @@ class GenerateError(RuntimeError):
 # ------------------------------------------------------------------------------------- workflow
 
 
-def cell_slug(cell: mx.Cell) -> str:
-    """A job/artifact name: 'cuda-13.0-pypi_torch2.14.1_sm80-90_opset17_ort1.17.3_trt10.14'."""
-    values = cell.values
-    archs = "-".join(arch.replace(".", "") for arch in values["arch_list"].split(";"))
-    return (f"{values['toolkit']}_torch{values['torch']}_sm{archs}_opset{values['opset']}"
-            f"_ort{values['ort']}_trt{values['tensorrt']}")
-
-
 def _pin(matrix: mx.Matrix, name: str) -> str:
     if name not in matrix.tools:
         raise GenerateError(f"matrix.yaml: tools.{name}: missing (the generated CI files pin it)")
@@ -68,7 +62,6 @@ def workflow(matrix: mx.Matrix, profile: str = CI_PROFILE) -> str:
                             f"got none")
     include = [{"id": cell_slug(cell), **{axis: cell.values[axis] for axis in mx.AXES}}
                for cell in cells]
-    only = " \\\n  ".join(f'"{axis}=${{OPFORGE_{axis.upper()}}}"' for axis in mx.AXES)
     document = {
         "name": "matrix",
         "on": {"push": {"branches": ["main"]}, "pull_request": None, "workflow_dispatch": None},
@@ -101,7 +94,6 @@ def workflow(matrix: mx.Matrix, profile: str = CI_PROFILE) -> str:
                 "runs-on": runs_on,
                 "timeout-minutes": 60,
                 "strategy": {"fail-fast": False, "matrix": {"include": include}},
-                "env": {f"OPFORGE_{axis.upper()}": f"${{{{ matrix.{axis} }}}}" for axis in mx.AXES},
                 "steps": [
                     {"uses": CHECKOUT},
                     {"name": "Cache the CUDA toolkit", "uses": CACHE,
@@ -110,8 +102,9 @@ def workflow(matrix: mx.Matrix, profile: str = CI_PROFILE) -> str:
                                      "${{ hashFiles('matrix.yaml', 'ci/toolkits.py') }}"}},
                     # bootstrap.py runs the nox that matrix.yaml pins (README's first command).
                     {"name": "Run the cell",
-                     "run": f"python3 ci/bootstrap.py -s matrix -- --profile {profile} --only \\\n"
-                            f"  {only}\n"},
+                     "run": f"python3 ci/bootstrap.py -s matrix -- --profile {profile} "
+                            "--cell \"$OPFORGE_CELL\"\n",
+                     "env": {"OPFORGE_CELL": "${{ matrix.id }}"}},
                     {"name": "Summary", "if": "always()",
                      "run": "if [ -f build/matrix/report.md ]; then "
                             "cat build/matrix/report.md >> \"$GITHUB_STEP_SUMMARY\"; fi\n"},
@@ -137,7 +130,7 @@ def wheels_workflow() -> str:
             "steps": [{"uses": CHECKOUT},
                       {"name": "Build, repair and check", "run": "python3 ci/bootstrap.py -s wheels\n"},
                       {"name": "Upload", "uses": UPLOAD,
-                       "with": {"name": "wheels", "path": "build/wheels/repaired/",
+                       "with": {"name": "wheels", "path": "build/wheels/work/wheel/*/repaired/",
                                 "if-no-files-found": "error"}}],
         }},
     }

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import bootstrap, venvs
+from ci import bootstrap, schema, venvs
 from ci import matrix as mx
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +37,14 @@ def test_the_tiny_reader_agrees_with_the_real_reader(matrix):
         venvs.tools_requirements(matrix, bootstrap.NEEDED)
 
 
+def test_bootstrap_installs_what_the_real_reader_needs(matrix):
+    """ci.matrix reads matrix.yaml with PyYAML, packaging and pydantic (ci/schema.py): the
+    bootstrap venv where nox imports it gets their pins from tools:."""
+    requirements = bootstrap.read_requirements(REAL.encode())
+    for name in ("pyyaml", "packaging", "pydantic"):
+        assert f"{name}=={matrix.tools[name]}" in requirements
+
+
 def test_both_readers_have_the_same_size_limit():
     assert bootstrap.MAX_BYTES == mx.MAX_BYTES
 
@@ -45,7 +53,7 @@ def test_both_readers_have_the_same_size_limit():
                                      "2.0a1.dev3", "0", "10.0b2"])
 def test_what_bootstrap_accepts_the_real_reader_accepts(version):
     assert bootstrap.VERSION.fullmatch(version)
-    assert str(mx.parse_version(version, "tools.x")) == version
+    assert str(schema.parse_version(version, "tools.x")) == version
 
 
 @pytest.mark.parametrize("version", ["01.2", "1.0-rc1", "v1", "1.0+local", "1!2.0", "1.2 ", "1.*",

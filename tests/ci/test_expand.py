@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ci import matrix as mx
+from ci import schema
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -70,7 +71,7 @@ def test_conditions():
     values = {"torch": "2.14.1", "ort": "1.17.3", "tensorrt": "10.14", "toolkit": "t"}
 
     def check(text, vals=values):
-        found = mx.CONDITION.match(text)
+        found = schema.CONDITION.match(text)
         op = found["op"] or found["unary"]
         return mx.holds(mx.Condition(found["attr"], op, found["operand"], text), axes, vals)
 

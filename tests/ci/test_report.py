@@ -88,3 +88,17 @@ def test_labels_are_what_a_person_reads():
     assert Result.skip("no GPU").label == "skipped: no GPU"
     assert Result("fail").label == "fail"
     assert Result.skip("no GPU").origin == "skip"
+
+
+def test_tally_sums_distinct_pytest_runs_and_names_unfinished_suites(matrix, tmp_path, host):
+    data = make(matrix, tmp_path, host)
+    unit_trt = data["cells"][1]["stages"]["unit-trt"]
+    unit_trt.update(status="fail", reason="", origin="run", key="ut", numbers={})  # crashed
+    tally = report.pytest_tally(data, matrix)
+    # unit-ort: one run per cell (3 keys), 10 tests with 1 failure each; bench is not pytest
+    assert (tally["passed"], tally["failed"], tally["skipped"]) == (27, 3, 0)
+    assert tally["unfinished"] == ["unit-trt (cell 2)"]
+    lines = report.summary_lines(data, matrix)
+    assert "tests: 27 passed, 3 failed, 0 skipped (4 suites)" in lines
+    assert any(line.startswith("FAILED unit-ort (cell 1:") and "log build/matrix/logs/unit-ort/abc.log"
+               in line for line in lines)

@@ -1,4 +1,4 @@
-"""Runner behaviour with the stage work replaced: reuse within a run, cache across runs, a failing
+"""The engine with the stage work replaced: reuse within a run, cache across runs, a failing
 stage that skips its dependents and never stops the other cells, the report written per cell."""
 from __future__ import annotations
 
@@ -6,38 +6,41 @@ import json
 
 import pytest
 
+from ci import cache, executors, plan, runner
 from ci import matrix as mx
-from ci import runner
+from ci.executors import Workspace
+from ci.plan import Selection, key_hash
 from ci.report import Result
 
 
 @pytest.fixture
 def fake(monkeypatch, tmp_path, matrix, host):
-    """A runner whose stages 'run' instantly; build-torch fails for torch 2.14.1."""
+    """The engine with executors that 'run' instantly; build-torch fails for torch 2.14.1."""
     calls = []
     seen = {}
-    monkeypatch.setattr(runner.hostprobe, "decide", lambda *a, **k: None)
+    monkeypatch.setattr(plan.hostprobe, "decide", lambda *a, **k: None)
 
-    def execute(self, cell, stage, key, row, digest):
-        calls.append((stage.name, key))
-        if stage.name == "build-torch" and cell.values["torch"] == "2.14.1":
+    def execute(job, ws):
+        calls.append((job.stage.name, job.key))
+        if job.stage.name == "build-torch" and job.cell.values["torch"] == "2.14.1":
             return Result("fail", detail="compiler error", log="build/matrix/logs/x.log")
-        calls_out = tmp_path / "work" / stage.name / runner.key_hash(key)
-        calls_out.mkdir(parents=True, exist_ok=True)
-        seen[stage.name] = self.fill("{align_outs}", cell, stage, key, row) \
-            if stage.gather else None
-        return Result("pass", outputs={"wheels": [], "out": str(calls_out)})
+        job.work.mkdir(parents=True, exist_ok=True)
+        seen[job.stage.name] = executors.fill("{align_outs}", job) if job.stage.gather else None
+        return Result("pass", outputs={"wheels": [], "out": str(job.work)})
 
-    monkeypatch.setattr(runner.Runner, "execute", execute)
-    monkeypatch.setattr(runner.Runner, "digest", lambda self, cell, stage, key, row: runner.key_hash(key))
+    monkeypatch.setattr(executors, "execute", execute)
+    monkeypatch.setattr(cache, "digest", lambda matrix, cell, stage, key, inputs, args=(): key_hash(key))
     cells, excluded = mx.expand(matrix, "host")
     cells = [c for c in cells if c.values["opset"] == "17" and c.values["ort"] != "1.20.1"]
 
-    def run(**kw):
+    def run(fresh=False, stages=None, skip_slow=False):
         calls.clear()
         out = tmp_path / "build" / "matrix"
-        job = runner.Runner(matrix, host, "host", out=out, say=lambda text: None, **kw)
-        return job.run(cells, excluded), list(calls)
+        selection = Selection("host", tuple(cells), tuple(excluded),
+                              tuple(stages or matrix.profiles["host"].stages), skip_slow)
+        engine = runner.Engine(matrix, host, selection, Workspace(out, say=lambda text: None),
+                               cache.Store(out / "cache", fresh=fresh), say=lambda text: None)
+        return runner.run(engine), list(calls)
 
     run.seen = seen
     return run
@@ -96,8 +99,28 @@ def test_cross_runs_once_per_export_over_every_ort(fake):
 
 
 def test_a_hung_command_is_killed_and_fails_the_stage(matrix, host, tmp_path):
-    job = runner.Runner(matrix, host, "host", out=tmp_path, say=lambda text: None, timeout_s=1)
+    ws = Workspace(tmp_path, say=lambda text: None, timeout_s=1)
     log = tmp_path / "log"
     with pytest.raises(TimeoutError, match="ran past the stage timeout"):
-        job.sh(["bash", "-c", "sleep 30 & wait"], log)
+        ws.sh(["bash", "-c", "sleep 30 & wait"], log)
     assert "timed out after 1 s: killed" in log.read_text()
+
+
+def test_unselected_stages_are_absent_and_slow_ones_skip_with_the_reason(fake):
+    data, calls = fake(stages=["build-torch", "build-ort", "bench"], skip_slow=True)
+    assert {name for name, _ in calls} == {"build-torch", "build-ort"}
+    assert data["stages"] == ["build-torch", "build-ort", "bench"]
+    bench = {c["stages"]["bench"]["reason"] for c in data["cells"]}
+    assert bench == {"slow stage (--skip-slow)"}
+    assert all(set(c["stages"]) == {"build-torch", "build-ort", "bench"} for c in data["cells"])
+
+
+def test_a_broken_executor_fails_its_stage_with_the_error_in_the_log(fake, monkeypatch, tmp_path):
+    def boom(job, ws):
+        raise RuntimeError("pip install ./kernels failed")
+
+    monkeypatch.setattr(executors, "execute", boom)
+    data, _ = fake(stages=["build-loader"])
+    result = data["cells"][0]["stages"]["build-loader"]
+    assert (result["status"], result["detail"]) == ("fail", "RuntimeError: pip install ./kernels failed")
+    assert "pip install ./kernels failed" in open(result["log"]).read()  # out is outside the repo

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ci import matrix as mx
+from ci import schema
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = (Path(__file__).resolve().parent / "golden" / "matrix.yaml").read_text()  # frozen
@@ -246,16 +247,18 @@ def test_a_date_is_read_as_text_not_a_crash():
 
 
 @pytest.mark.parametrize("path, value, where", [
-    (("stages", "bench", "run"), ["bench/run.py", "{out"], "stages.bench.run: '{out': expected '}'"),
-    (("stages", "bench", "run"), ["bench/run.py", 5], "stages.bench.run: expected run:"),
+    (("stages", "bench", "run"), ["bench/run.py", "{out"], "stages.bench.run[1]: '{out': expected '}'"),
+    (("stages", "bench", "run"), ["bench/run.py", 5],
+     "stages.bench.run[1]: expected text, got int 5"),
+    (("stages", "bench", "run"), [], "stages.bench.run: expected run: [script.py, args...]"),
     (("stages", "bench", "kind"), ["script"], "stages.bench.kind: expected one of"),
-    (("stages", "bench", "env"), {"A": "{x"}, "stages.bench.env: '{x': expected '}'"),
+    (("stages", "bench", "env"), {"A": "{x"}, "stages.bench.env.A: '{x': expected '}'"),
     (("profiles", "full", "runs_on"), 5, "profiles.full.runs_on: expected a list of runner labels"),
-    (("suite", "torch"), ["2.13.0"], "suite.torch: ['2.13.0']: unknown torch value"),
-    (("suite", "oldest_ort_of"), {"host": 1}, "suite.oldest_ort_of: {'host': 1}: unknown profile"),
-    (("rules", 0), {"id": "r", "why": "w", "require": [], 1: "a", "zz": "b"}, "rules[0].1: expected a text key"),
-    (("toolkits", "cuda-13.0-pypi", 5), "x", "toolkits.cuda-13.0-pypi.5: expected a text key"),
-    (("settings", 5), 1, "settings.5: expected a text key"),
+    (("suite", "torch"), ["2.13.0"], "suite.torch: expected a torch release of torch:, got list"),
+    (("suite", "oldest_ort_of"), {"host": 1}, "suite.oldest_ort_of: expected a profile name, got dict"),
+    (("rules", 0), {"id": "r", "why": "w", "require": [], 1: "a", "zz": "b"}, "rules.r.1: expected a text key, got int 1"),
+    (("toolkits", "cuda-13.0-pypi", 5), "x", "toolkits.cuda-13.0-pypi.5: expected one of the keys"),
+    (("settings", 5), 1, "settings.5: expected a setting name (letters, digits, _), got int 5"),
     (("settings", "a b"), 1, "settings.a b: expected a setting name"),
 ])
 def test_odd_values_are_one_line(mutated, path, value, where):
@@ -270,7 +273,7 @@ def test_a_message_quoting_input_stays_one_short_line(mutated):
     mutated["ort"]["1.17.3\n" + "x" * 100_000] = mutated["ort"].pop("1.17.3")
     message = refusal(mutated)
     assert message.startswith("matrix.yaml: ort.1.17.3\\nxxx")
-    assert len(message) < 5 * mx.MAX_SHOWN
+    assert len(message) < 5 * schema.MAX_SHOWN
 
 
 @pytest.mark.parametrize("data", [
