@@ -27,6 +27,9 @@ def format_number(value: float) -> str:
 # midpoint between float32's max and 2**128; it and everything above round to inf. The C++ twin is
 # kernels/include/opforge/kernels/attrs.h.
 FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+RANK_AT_LEAST_1 = "a tensor of rank >= 1"
+# A per-column weight W: WEIGHT_EXPECTED[0] + <last dim of X> + WEIGHT_EXPECTED[1]
+WEIGHT_EXPECTED = ("1-D tensor of length ", " (last dim of X)")
 
 
 def finite_in_float32(value: float) -> bool:
@@ -97,6 +100,34 @@ class OpSpec:
     doc: str = ""
     outputs: tuple = ("Y",)
     extra: dict = field(default_factory=dict)
+    # The shape rule every layer applies and derives its kernel calls from:
+    # layout "elementwise": any shape, one call over all elements; "rows": X (rank >= 1) is
+    # processed as rows of its last axis, and a second input W is a 1-D per-column weight.
+    # split k > 1: X's last axis holds k equal parts (non-empty), Y's last axis is one part.
+    layout: str = "elementwise"
+    split: int = 1
+
+    @property
+    def attr(self) -> Attr:
+        (attr,) = self.attributes.values()  # every op has one float attribute (ONNX AttributeProto.f)
+        return attr
+
+    def x_error(self, shape) -> str | None:
+        """The shape rule of X, as every layer words it; None when `shape` is valid."""
+        shape = tuple(shape)
+        if self.split > 1:
+            if len(shape) >= 1 and shape[-1] >= self.split and shape[-1] % self.split == 0:
+                return None
+            got = "rank 0" if not shape else "shape [" + ", ".join(str(d) for d in shape) + "]"
+            return error(self.name, "X", self.extra["x_expected"], got)
+        if self.layout == "rows" and not shape:
+            return error(self.name, "X", RANK_AT_LEAST_1, "rank 0")
+        return None
+
+    def output_shape(self, shape) -> tuple:
+        """Y's shape for X's shape."""
+        shape = tuple(shape)
+        return shape[:-1] + (shape[-1] // self.split,) if self.split > 1 else shape
 
     def defaults(self) -> dict:
         return {k: a.default for k, a in self.attributes.items()}
@@ -259,7 +290,8 @@ RMS_NORM = OpSpec(
     case_builder=_rms_norm_cases,
     bad_case_builder=_rms_norm_bad_cases,
     doc="Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0",
-    extra={"w_expected": ("1-D tensor of length ", " (last dim of X)")},  # around X's last dim
+    layout="rows",
+    extra={"w_expected": WEIGHT_EXPECTED},  # around X's last dim
 )
 
 
@@ -318,22 +350,19 @@ SWIGLU = OpSpec(
     bad_case_builder=_swiglu_bad_cases,
     doc="Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]",
     extra={"x_expected": "a tensor of rank >= 1 whose last dim is even and >= 2"},
+    layout="rows",
+    split=2,
 )
 
 
 def swiglu_x_error(shape) -> str | None:
     """The shape rule of SwiGLU's X, as every layer words it; None when `shape` is valid."""
-    shape = tuple(shape)
-    if len(shape) >= 1 and shape[-1] >= 2 and shape[-1] % 2 == 0:
-        return None
-    got = "rank 0" if not shape else "shape [" + ", ".join(str(d) for d in shape) + "]"
-    return error("SwiGLU", "X", SWIGLU.extra["x_expected"], got)
+    return SWIGLU.x_error(shape)
 
 
 def output_shape(op: OpSpec, shape) -> tuple:
     """Y's shape for X's shape (SwiGLU halves the last axis; the others keep it)."""
-    shape = tuple(shape)
-    return shape[:-1] + (shape[-1] // 2,) if op is SWIGLU else shape
+    return op.output_shape(shape)
 
 
 OPS = {op.name: op for op in (SWISH, RMS_NORM, SWIGLU)}

@@ -1,6 +1,6 @@
-// CPU execution provider: the shared kernels (kernels/include/opforge/kernels/cpu.h) called on
-// chunks of the tensor from ORT's intra-op thread pool. The kernels are stateless.
-#include <opforge/kernels/cpu.h>
+// CPU execution provider: the shared kernels (kernels/include/opforge/kernels/cpu_ops.h) called on
+// chunks of rows from ORT's intra-op thread pool. The kernels are stateless.
+#include <opforge/kernels/cpu_ops.h>
 
 #include "ops.h"
 
@@ -14,66 +14,43 @@ using bfloat16 = opforge::kernels::bfloat16;
 // mid-sized activations over the cores.
 constexpr int64_t kGrain = int64_t{1} << 15;
 
-template <class T>
-OrtStatus* swish_typed(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y_data) {
-  const T* xp = static_cast<const T*>(x.data);
-  T* yp = static_cast<T*>(y_data);
-  const float beta = k.attr;
-  return parallel_for(*k.api, ctx, x.size, kGrain, [=](int64_t begin, int64_t end) {
-    kc::swish_forward<T>(xp + begin, yp + begin, end - begin, beta);
-  });
+template <class Op, class T>
+OrtStatus* forward_typed(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor* w, void* y,
+                         const opforge::kernels::RowView& v) {
+  const kc::Forward<T> args{static_cast<const T*>(x.data), w ? static_cast<const T*>(w->data) : nullptr,
+                            static_cast<T*>(y), v.cols, k.attr};
+  const int64_t rows_per_grain = v.cols >= kGrain ? 1 : kGrain / v.cols;
+  return parallel_for(*k.api, ctx, v.rows, rows_per_grain,
+                      [=](int64_t row_begin, int64_t row_end) { Op::forward(args, row_begin, row_end); });
 }
 
-template <class T>
-OrtStatus* rms_norm_typed(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor& w, void* y_data,
-                          int64_t rows, int64_t cols) {
-  const T* xp = static_cast<const T*>(x.data);
-  const T* wp = static_cast<const T*>(w.data);
-  T* yp = static_cast<T*>(y_data);
-  const float eps = k.attr;
-  const int64_t rows_per_grain = cols >= kGrain ? 1 : kGrain / cols;
-  return parallel_for(*k.api, ctx, rows, rows_per_grain, [=](int64_t row_begin, int64_t row_end) {
-    kc::rms_norm_forward<T>(xp, wp, yp, row_begin, row_end, cols, eps);
-  });
+template <class Op>
+OrtStatus* forward(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor* w, void* y,
+                   const opforge::kernels::RowView& v) {
+  switch (x.type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return forward_typed<Op, float>(k, ctx, x, w, y, v);
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return forward_typed<Op, double>(k, ctx, x, w, y, v);
+    default: return forward_typed<Op, bfloat16>(k, ctx, x, w, y, v);  // validated: the only other CPU type
+  }
 }
 
-template <class T>
-OrtStatus* swiglu_typed(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y_data, int64_t rows,
-                        int64_t d) {
-  const T* xp = static_cast<const T*>(x.data);
-  T* yp = static_cast<T*>(y_data);
-  const float beta = k.attr;
-  const int64_t rows_per_grain = d >= kGrain ? 1 : kGrain / d;
-  return parallel_for(*k.api, ctx, rows, rows_per_grain, [=](int64_t row_begin, int64_t row_end) {
-    kc::swiglu_forward<T>(xp, yp, row_begin, row_end, d, beta);
-  });
-}
+// Every op's CPU kernel: one row per op.
+struct Entry {
+  const opforge::kernels::OpDesc* op;
+  CpuKernel kernel;
+};
+constexpr Entry kKernels[] = {
+    {&kc::SwishKernel::desc, forward<kc::SwishKernel>},
+    {&kc::RMSNormKernel::desc, forward<kc::RMSNormKernel>},
+    {&kc::SwiGLUKernel::desc, forward<kc::SwiGLUKernel>},
+};
 
 }  // namespace
 
-OrtStatus* swiglu_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y, int64_t rows, int64_t d) {
-  switch (x.type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return swiglu_typed<float>(k, ctx, x, y, rows, d);
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return swiglu_typed<double>(k, ctx, x, y, rows, d);
-    default: return swiglu_typed<bfloat16>(k, ctx, x, y, rows, d);
-  }
-}
-
-OrtStatus* swish_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y) {
-  switch (x.type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return swish_typed<float>(k, ctx, x, y);
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return swish_typed<double>(k, ctx, x, y);
-    default: return swish_typed<bfloat16>(k, ctx, x, y);  // validated: the only other CPU type
-  }
-}
-
-OrtStatus* rms_norm_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor& w, void* y,
-                        int64_t rows, int64_t cols) {
-  switch (x.type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return rms_norm_typed<float>(k, ctx, x, w, y, rows, cols);
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return rms_norm_typed<double>(k, ctx, x, w, y, rows, cols);
-    default: return rms_norm_typed<bfloat16>(k, ctx, x, w, y, rows, cols);
-  }
+CpuKernel cpu_forward(const opforge::kernels::OpDesc& op) {
+  for (const Entry& entry : kKernels)
+    if (entry.op == &op) return entry.kernel;
+  return nullptr;
 }
 
 }  // namespace opforge_ort

@@ -1,44 +1,53 @@
-// CUDA execution provider: the shared CUDA kernels (kernels/include/opforge/kernels/cuda.cuh)
+// CUDA execution provider: the shared CUDA kernels (kernels/include/opforge/kernels/cuda_ops.cuh)
 // launched on the stream ONNX Runtime hands the kernel.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <opforge/kernels/cuda.cuh>
+#include <opforge/kernels/cuda_ops.cuh>
 
 #include "cuda_kernels.h"
 
 namespace opforge_ort::cuda {
+namespace {
 namespace kc = opforge::kernels::cuda;
 
 // ONNX element types (onnxruntime_c_api.h); this file does not include ORT headers.
 constexpr int kFloat = 1;
 constexpr int kFloat16 = 10;
 
-int swish(int type, const void* x, void* y, int64_t n, float beta, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  if (type == kFloat) return kc::swish_forward<float>(static_cast<const float*>(x), static_cast<float*>(y), n, beta, s);
-  if (type == kFloat16)
-    return kc::swish_forward<__half>(static_cast<const __half*>(x), static_cast<__half*>(y), n, beta, s);
+template <class Op, class T>
+int forward_as(const void* x, const void* w, void* y, int64_t rows, int64_t cols, float attr, cudaStream_t s) {
+  const kc::Forward<T> args{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), rows, cols, attr};
+  return Op::forward(args, s);
+}
+
+template <class Op>
+int forward_typed(int type, const void* x, const void* w, void* y, int64_t rows, int64_t cols, float attr,
+                  cudaStream_t s) {
+  if (type == kFloat) return forward_as<Op, float>(x, w, y, rows, cols, attr, s);
+  if (type == kFloat16) return forward_as<Op, __half>(x, w, y, rows, cols, attr, s);
   return cudaErrorInvalidValue;
 }
 
-int rms_norm(int type, const void* x, const void* w, void* y, int64_t rows, int64_t cols, float eps, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  if (type == kFloat)
-    return kc::rms_norm_forward<float>(static_cast<const float*>(x), static_cast<const float*>(w),
-                                       static_cast<float*>(y), rows, cols, eps, s);
-  if (type == kFloat16)
-    return kc::rms_norm_forward<__half>(static_cast<const __half*>(x), static_cast<const __half*>(w),
-                                        static_cast<__half*>(y), rows, cols, eps, s);
-  return cudaErrorInvalidValue;
-}
+using Launcher = int (*)(int, const void*, const void*, void*, int64_t, int64_t, float, cudaStream_t);
+struct Entry {
+  const opforge::kernels::OpDesc* op;
+  Launcher launch;
+};
 
-int swiglu(int type, const void* x, void* y, int64_t rows, int64_t d, float beta, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  if (type == kFloat)
-    return kc::swiglu_forward<float>(static_cast<const float*>(x), static_cast<float*>(y), rows, d, beta, s);
-  if (type == kFloat16)
-    return kc::swiglu_forward<__half>(static_cast<const __half*>(x), static_cast<__half*>(y), rows, d, beta, s);
+// Every op's CUDA kernel: one row per op.
+const Entry kLaunchers[] = {
+    {&kc::SwishKernel::desc, forward_typed<kc::SwishKernel>},
+    {&kc::RMSNormKernel::desc, forward_typed<kc::RMSNormKernel>},
+    {&kc::SwiGLUKernel::desc, forward_typed<kc::SwiGLUKernel>},
+};
+
+}  // namespace
+
+int forward(const opforge::kernels::OpDesc& op, int type, const void* x, const void* w, void* y, int64_t rows,
+            int64_t cols, float attr, void* stream) {
+  for (const Entry& entry : kLaunchers)
+    if (entry.op == &op) return entry.launch(type, x, w, y, rows, cols, attr, static_cast<cudaStream_t>(stream));
   return cudaErrorInvalidValue;
 }
 

@@ -2,15 +2,15 @@
 // stays free of CUDA headers: streams are void*, errors are cudaError_t values as int.
 #pragma once
 
+#include <opforge/kernels/attrs.h>
+
 #include <cstdint>
 
 namespace opforge_ort::cuda {
 
-// type: ONNX element type, FLOAT or FLOAT16.
-int swish(int type, const void* x, void* y, int64_t n, float beta, void* stream);
-int rms_norm(int type, const void* x, const void* w, void* y, int64_t rows, int64_t cols, float eps, void* stream);
-// X [rows, 2d] -> Y [rows, d]
-int swiglu(int type, const void* x, void* y, int64_t rows, int64_t d, float beta, void* stream);
+// type: ONNX element type, FLOAT or FLOAT16. X is [rows, cols] (shapes.h RowView); w may be nullptr.
+int forward(const opforge::kernels::OpDesc& op, int type, const void* x, const void* w, void* y, int64_t rows,
+            int64_t cols, float attr, void* stream);
 const char* error_string(int error);
 
 }  // namespace opforge_ort::cuda

@@ -1,10 +1,9 @@
-// OrtCustomOp tables for opforge::Swish, RMSNorm and SwiGLU (domain version 1; names, inputs and
-// attributes from the generated descriptors in attrs.h), kernel creation
-// (attributes) and input validation. Filled field by field instead of through Ort::CustomOpBase,
-// which stamps the header's ORT_API_VERSION and sets callbacks newer than our minimum API.
+// OrtCustomOp tables for every opforge op (domain version 1; names, inputs, attributes and shape
+// rules from the generated descriptors in attrs.h / shapes.h), kernel creation (attributes) and
+// input validation, written once for every op. Filled field by field instead of through
+// Ort::CustomOpBase, which stamps the header's ORT_API_VERSION and sets callbacks newer than our
+// minimum API.
 #include "ops.h"
-
-#include <opforge/kernels/attrs.h>
 
 #include <exception>
 #include <memory>
@@ -157,84 +156,46 @@ OrtStatus* cuda_stream(const Kernel& k, OrtKernelContext* ctx, void** stream) {
 }
 #endif
 
-OrtStatus* swish(const Kernel& k, OrtKernelContext* ctx) {
-  Tensor x;
-  OPFORGE_TRY(read_input(k, ctx, 0, x));
-  OPFORGE_TRY(check_x_type(k, x));
-  void* y = nullptr;
-  OPFORGE_TRY(alloc_output(k, ctx, x.shape, &y));
-  if (x.size == 0) return nullptr;
-#ifdef OPFORGE_WITH_CUDA
-  if (k.on_cuda()) {
-    void* stream = nullptr;
-    OPFORGE_TRY(cuda_stream(k, ctx, &stream));
-    return cuda_status(k, cuda::swish(x.type, x.data, y, x.size, k.attr, stream));
-  }
-#endif
-  return swish_cpu(k, ctx, x, y);
-}
-
-OrtStatus* rms_norm(const Kernel& k, OrtKernelContext* ctx) {
-  Tensor x, w;
-  OPFORGE_TRY(read_input(k, ctx, 0, x));
-  OPFORGE_TRY(read_input(k, ctx, 1, w));
-  OPFORGE_TRY(check_x_type(k, x));
-  if (x.shape.empty()) return k.fail("X", opforge::kernels::kRankAtLeast1, "a rank-0 tensor (scalar)");
+// W (ops with a second input): X's type, a 1-D per-column weight.
+OrtStatus* check_weight(const Kernel& k, const Tensor& x, const Tensor& w) {
   if (w.type != x.type)
     return k.fail("W", type_name(x.type) + " tensor (same type as X)", type_name(w.type) + " tensor");
-  const int64_t cols = x.shape.back();
-  if (w.shape.size() != 1 || w.shape[0] != cols)
-    return k.fail("W",
-                  opforge::kernels::kRMSNormWeightExpected + std::to_string(cols) +
-                      opforge::kernels::kRMSNormWeightSuffix,
-                  "shape " + shape_str(w.shape));
-  void* y = nullptr;
-  OPFORGE_TRY(alloc_output(k, ctx, x.shape, &y));
-  if (x.size == 0) return nullptr;
-  const int64_t rows = x.size / cols;
-#ifdef OPFORGE_WITH_CUDA
-  if (k.on_cuda()) {
-    void* stream = nullptr;
-    OPFORGE_TRY(cuda_stream(k, ctx, &stream));
-    return cuda_status(k, cuda::rms_norm(x.type, x.data, w.data, y, rows, cols, k.attr, stream));
-  }
-#endif
-  return rms_norm_cpu(k, ctx, x, w, y, rows, cols);
+  const std::string error = opforge::kernels::w_shape_error(*k.def->desc, x.shape.data(), rank(x), w.shape.data(),
+                                                            rank(w));
+  return error.empty() ? nullptr : k.fail(error);
 }
 
-// X [..., 2d] -> Y [..., d]
-OrtStatus* swiglu(const Kernel& k, OrtKernelContext* ctx) {
-  Tensor x;
+// Every op: inputs checked by the op's descriptor, Y allocated, then its CPU or CUDA kernel.
+OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
+  const opforge::kernels::OpDesc& op = *k.def->desc;
+  Tensor x, w;
   OPFORGE_TRY(read_input(k, ctx, 0, x));
+  const bool weighted = op.nb_inputs > 1;
+  if (weighted) OPFORGE_TRY(read_input(k, ctx, 1, w));
   OPFORGE_TRY(check_x_type(k, x));
-  if (x.shape.empty() || x.shape.back() < 2 || x.shape.back() % 2 != 0)
-    return k.fail("X", opforge::kernels::kSwiGLUXExpected,
-                  x.shape.empty() ? std::string("rank 0") : "shape " + shape_str(x.shape));
-  std::vector<int64_t> y_shape = x.shape;
-  const int64_t d = y_shape.back() /= 2;
+  const std::string x_error = opforge::kernels::x_shape_error(op, x.shape.data(), rank(x), "a rank-0 tensor (scalar)");
+  if (!x_error.empty()) return k.fail(x_error);
+  if (weighted) OPFORGE_TRY(check_weight(k, x, w));
+  std::vector<int64_t> y_shape(x.shape.size());
+  opforge::kernels::output_shape(op, x.shape.data(), rank(x), y_shape.data());
   void* y = nullptr;
   OPFORGE_TRY(alloc_output(k, ctx, y_shape, &y));
   if (x.size == 0) return nullptr;
-  const int64_t rows = x.size / (2 * d);
+  const opforge::kernels::RowView v = opforge::kernels::row_view(op, x.shape.data(), rank(x));
 #ifdef OPFORGE_WITH_CUDA
   if (k.on_cuda()) {
     void* stream = nullptr;
     OPFORGE_TRY(cuda_stream(k, ctx, &stream));
-    return cuda_status(k, cuda::swiglu(x.type, x.data, y, rows, d, k.attr, stream));
+    return cuda_status(k, cuda::forward(op, x.type, x.data, weighted ? w.data : nullptr, y, v.rows, v.cols, k.attr,
+                                        stream));
   }
 #endif
-  return swiglu_cpu(k, ctx, x, y, rows, d);
+  return k.def->cpu(k, ctx, x, weighted ? &w : nullptr, y, v);
 }
 
 OrtStatus* ORT_API_CALL compute(void* kernel, OrtKernelContext* ctx) {
   const Kernel& k = *static_cast<const Kernel*>(kernel);
-  return guarded(*k.api, [&] {
-    switch (k.def->op) {
-      case Op::kSwish: return swish(k, ctx);
-      case Op::kSwiGLU: return swiglu(k, ctx);
-      default: return rms_norm(k, ctx);
-    }
-  });
+  return guarded(*k.api, [&] { return run(k, ctx); });
 }
 
 // ---- the OrtCustomOp callbacks -------------------------------------------------------------
@@ -255,15 +216,7 @@ OrtMemType ORT_API_CALL default_memory(const OrtCustomOp*, size_t) { return OrtM
 int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
 int ORT_API_CALL domain_version(const OrtCustomOp*) { return opforge::kernels::kDomainVersion; }
 
-const opforge::kernels::OpDesc* desc_of(Op op) {
-  switch (op) {
-    case Op::kSwish: return &opforge::kernels::kSwishOp;
-    case Op::kSwiGLU: return &opforge::kernels::kSwiGLUOp;
-    default: return &opforge::kernels::kRMSNormOp;
-  }
-}
-
-OpDef make_def(Op op, const char* provider, ONNXTensorElementDataType x_type, ONNXTensorElementDataType w_type) {
+OpDef make_def(const opforge::kernels::OpDesc& op, const char* provider, ONNXTensorElementDataType x_type, ONNXTensorElementDataType w_type) {
   OpDef d{};  // zero: every callback newer than the stamped version stays null
   OrtCustomOp& o = d.ort;
   o.version = OPFORGE_ORT_MIN_API;  // never the header's ORT_API_VERSION: older runtimes refuse it
@@ -289,37 +242,40 @@ OpDef make_def(Op op, const char* provider, ONNXTensorElementDataType x_type, ON
   // lets a kernel see the import. opforge_ort.check_model / inference_session refuse them.
   o.GetStartVersion = domain_version;
   o.GetEndVersion = domain_version;
-  d.op = op;
-  d.desc = desc_of(op);
+  d.desc = &op;
+  d.cpu = cpu_forward(op);
   d.provider = provider;
   d.x_type = x_type;
   d.w_type = w_type;
   return d;
 }
 
+// Every op of the generated descriptors (kOps) that has a CPU kernel (cpu_kernels.cc).
 std::vector<OpDef> make_defs() {
   constexpr auto kAny = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   std::vector<OpDef> defs;
-  defs.push_back(make_def(Op::kSwish, nullptr, kAny, kAny));
-  defs.push_back(make_def(Op::kSwiGLU, nullptr, kAny, kAny));
-  // RMSNorm has two inputs but ORT allows only one open ("UNDEFINED") input type per op, so
-  // W's type is enumerated: every W type reaches Compute, which names the mismatch clearly.
-  for (auto w : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
-                 ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
-                 ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
-                 ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
-                 ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
-                 ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
-                 ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL})
-    defs.push_back(make_def(Op::kRmsNorm, nullptr, kAny, w));
+  for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps) {
+    if (cpu_forward(*op) == nullptr) continue;
+    if (op->nb_inputs == 1) {
+      defs.push_back(make_def(*op, nullptr, kAny, kAny));
+      continue;
+    }
+    // Two inputs, but ORT allows only one open ("UNDEFINED") input type per op, so W's type is
+    // enumerated: every W type reaches Compute, which names the mismatch clearly.
+    for (auto w : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
+                   ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
+                   ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+                   ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
+                   ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
+                   ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
+                   ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL})
+      defs.push_back(make_def(*op, nullptr, kAny, w));
+  }
 #ifdef OPFORGE_WITH_CUDA
   // CUDA kernels declare exact types, so ORT falls back to the CPU kernels for the others.
   constexpr const char* kCuda = "CUDAExecutionProvider";
-  for (auto t : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16}) {
-    defs.push_back(make_def(Op::kSwish, kCuda, t, t));
-    defs.push_back(make_def(Op::kSwiGLU, kCuda, t, t));
-    defs.push_back(make_def(Op::kRmsNorm, kCuda, t, t));
-  }
+  for (auto t : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16})
+    for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps) defs.push_back(make_def(*op, kCuda, t, t));
 #endif
   return defs;
 }

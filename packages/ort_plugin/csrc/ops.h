@@ -10,11 +10,7 @@ namespace opforge_ort {
 // Every OrtCustomOp of domain opforge v1, stamped with version OPFORGE_ORT_MIN_API.
 const std::vector<const OrtCustomOp*>& custom_ops();
 
-// CPU execution provider. Inputs are validated; y has x's shape and type; x.size > 0.
-OrtStatus* swish_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y);
-OrtStatus* rms_norm_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor& w, void* y,
-                        int64_t rows, int64_t cols);
-// X [rows, 2d] -> y [rows, d]
-OrtStatus* swiglu_cpu(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, void* y, int64_t rows, int64_t d);
+// An op's CPU kernel (cpu_kernels.cc); nullptr for an op without one.
+CpuKernel cpu_forward(const opforge::kernels::OpDesc& op);
 
 }  // namespace opforge_ort

@@ -2,7 +2,7 @@
 // tensor access and ORT-thread-pool parallel loops. Only functions of API <= OPFORGE_ORT_MIN_API.
 #pragma once
 
-#include <opforge/kernels/attrs.h>
+#include <opforge/kernels/shapes.h>
 
 #include <onnxruntime_c_api.h>
 
@@ -12,16 +12,20 @@
 
 namespace opforge_ort {
 
-enum class Op { kSwish, kRmsNorm, kSwiGLU };
+struct Kernel;
+struct Tensor;
+// An op's CPU kernel (cpu_kernels.cc): x validated, w nullptr for single-input ops, X as rows.
+using CpuKernel = OrtStatus* (*)(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor* w, void* y,
+                                 const opforge::kernels::RowView& v);
 
 // Defined per op kind and execution provider; ORT hands callbacks a pointer to `ort`.
 struct OpDef {
   OrtCustomOp ort;  // must stay the first member
-  Op op;
-  const opforge::kernels::OpDesc* desc;  // generated from the spec: name, inputs, attribute
+  const opforge::kernels::OpDesc* desc;  // generated from the spec: name, inputs, attribute, shapes
+  CpuKernel cpu;
   const char* provider;               // nullptr: CPU execution provider
   ONNXTensorElementDataType x_type;   // UNDEFINED: any, checked in Compute with a clear message
-  ONNXTensorElementDataType w_type;   // RMSNorm only
+  ONNXTensorElementDataType w_type;   // ops with a second input (W) only
 };
 
 // One per graph node; immutable after creation, so one session serves many threads.
@@ -29,7 +33,7 @@ struct Kernel {
   const OrtApi* api;
   const OpDef* def;
   std::string node;
-  float attr;  // Swish: beta, RMSNorm: epsilon
+  float attr;  // the op's one attribute (Swish: beta, RMSNorm: epsilon, ...)
 
   const char* op_name() const { return def->desc->name; }
   bool on_cuda() const { return def->provider != nullptr; }
@@ -47,6 +51,7 @@ struct Tensor {
 };
 
 std::string type_name(ONNXTensorElementDataType type);
+inline int32_t rank(const Tensor& t) { return static_cast<int32_t>(t.shape.size()); }
 std::string shape_str(const std::vector<int64_t>& shape);
 
 OrtStatus* read_input(const Kernel& k, OrtKernelContext* ctx, size_t index, Tensor& out);

@@ -92,30 +92,18 @@ void check_shape(const char* op, const char* name, const Tensor& t,
     fail(op, name, "shape " + shape_str(shape) + " (shape of " + ref_name + ")", shape_str(t));
 }
 
-void check_same_shape(const char* op, const char* name, const Tensor& t, const char* ref_name,
-                      const Tensor& ref) {
-  check_shape(op, name, t, shape_of(ref), ref_name);
+void check_x_shape(const OpDesc& op, const Tensor& x) {
+  const std::vector<int64_t> shape = shape_of(x);
+  const std::string error = opforge::kernels::x_shape_error(op, shape.data(), x.dim());
+  if (!error.empty()) throw std::runtime_error(error);
 }
 
-void check_swiglu_shape(const Tensor& x) {
-  const bool valid = x.dim() >= 1 && x.size(x.dim() - 1) >= 2 && x.size(x.dim() - 1) % 2 == 0;
-  if (!valid)
-    fail(kSwiGLU, "X", opforge::kernels::kSwiGLUXExpected,
-         x.dim() == 0 ? std::string("rank 0") : "shape " + shape_str(x));
-}
-
-void check_weight(const Tensor& x, const Tensor& w) {
-  check_same_dtype(kRMSNorm, "W", w, "X", x);
-  const int64_t cols = x.size(x.dim() - 1);
-  if (w.dim() != 1 || w.size(0) != cols)
-    fail(kRMSNorm, "W",
-         opforge::kernels::kRMSNormWeightExpected + std::to_string(cols) +
-             opforge::kernels::kRMSNormWeightSuffix,
-         "shape " + shape_str(w));
-}
-
-void check_rank(const Tensor& x) {
-  if (x.dim() < 1) fail(kRMSNorm, "X", opforge::kernels::kRankAtLeast1, "rank 0");
+void check_weight(const OpDesc& op, const Tensor& x, const Tensor& w) {
+  check_same_dtype(op.name, "W", w, "X", x);
+  const std::vector<int64_t> x_shape = shape_of(x), w_shape = shape_of(w);
+  const std::string error =
+      opforge::kernels::w_shape_error(op, x_shape.data(), x.dim(), w_shape.data(), w.dim());
+  if (!error.empty()) throw std::runtime_error(error);
 }
 
 // The shared attribute rule (finite once rounded to the float32 the kernels use).
@@ -131,54 +119,27 @@ void fail(const char* op, const std::string& what, const std::string& expected,
   throw std::runtime_error(opforge::kernels::error_text(op, what, expected, got));
 }
 
-void check_swish(Backend backend, const Tensor& x, double beta) {
-  check_backend_device(backend, kSwish, x);
-  check_dtype(backend, kSwish, "X", x);
-  check_attr(opforge::kernels::kSwishBeta, beta);
+void check_op(Backend backend, const OpDesc& op, const Tensor& x, const Tensor* w, double attr) {
+  if (w != nullptr) check_same_device(op.name, "W", *w, "X", x);
+  check_backend_device(backend, op.name, x);
+  check_dtype(backend, op.name, "X", x);
+  check_x_shape(op, x);
+  if (w != nullptr) check_weight(op, x, *w);
+  check_attr(*op.attr, attr);
 }
 
-void check_swish_backward(Backend backend, const Tensor& dy, const Tensor& x, double beta) {
-  check_same_device(kSwish, "dY", dy, "X", x);
-  check_swish(backend, x, beta);
-  check_same_dtype(kSwish, "dY", dy, "X", x);
-  check_same_shape(kSwish, "dY", dy, "X", x);
+void check_op_backward(Backend backend, const OpDesc& op, const Tensor& dy, const Tensor& x,
+                       const Tensor* w, double attr) {
+  check_same_device(op.name, "dY", dy, "X", x);
+  check_op(backend, op, x, w, attr);
+  check_same_dtype(op.name, "dY", dy, "X", x);
+  check_shape(op.name, "dY", dy, output_shape(op, x), op.split > 1 ? "Y" : "X");
 }
 
-void check_rms_norm(Backend backend, const Tensor& x, const Tensor& w, double epsilon) {
-  check_same_device(kRMSNorm, "W", w, "X", x);
-  check_backend_device(backend, kRMSNorm, x);
-  check_dtype(backend, kRMSNorm, "X", x);
-  check_rank(x);
-  check_weight(x, w);
-  check_attr(opforge::kernels::kRMSNormEpsilon, epsilon);
-}
-
-void check_rms_norm_backward(Backend backend, const Tensor& dy, const Tensor& x, const Tensor& w,
-                             double epsilon) {
-  check_same_device(kRMSNorm, "dY", dy, "X", x);
-  check_rms_norm(backend, x, w, epsilon);
-  check_same_dtype(kRMSNorm, "dY", dy, "X", x);
-  check_same_shape(kRMSNorm, "dY", dy, "X", x);
-}
-
-void check_swiglu(Backend backend, const Tensor& x, double beta) {
-  check_backend_device(backend, kSwiGLU, x);
-  check_dtype(backend, kSwiGLU, "X", x);
-  check_swiglu_shape(x);
-  check_attr(opforge::kernels::kSwiGLUBeta, beta);
-}
-
-void check_swiglu_backward(Backend backend, const Tensor& dy, const Tensor& x, double beta) {
-  check_same_device(kSwiGLU, "dY", dy, "X", x);
-  check_swiglu(backend, x, beta);
-  check_same_dtype(kSwiGLU, "dY", dy, "X", x);
-  check_shape(kSwiGLU, "dY", dy, swiglu_output_shape(x), "Y");
-}
-
-void check_out(const char* op, const Tensor& out, const Tensor& x, const std::vector<int64_t>& shape) {
-  check_same_device(op, "out", out, "X", x);
-  check_same_dtype(op, "out", out, "X", x);
-  check_shape(op, "out", out, shape, "Y");
+void check_out(const OpDesc& op, const Tensor& out, const Tensor& x) {
+  check_same_device(op.name, "out", out, "X", x);
+  check_same_dtype(op.name, "out", out, "X", x);
+  check_shape(op.name, "out", out, output_shape(op, x), "Y");
 }
 
 std::vector<int64_t> shape_of(const Tensor& t) {
@@ -187,15 +148,15 @@ std::vector<int64_t> shape_of(const Tensor& t) {
   return shape;
 }
 
-std::vector<int64_t> swiglu_output_shape(const Tensor& x) {
+std::vector<int64_t> output_shape(const OpDesc& op, const Tensor& x) {
   std::vector<int64_t> shape = shape_of(x);
-  shape.back() /= 2;
+  opforge::kernels::output_shape(op, shape.data(), x.dim(), shape.data());
   return shape;
 }
 
-RowShape row_shape(const Tensor& x) {
-  const int64_t cols = x.size(x.dim() - 1);
-  return {cols == 0 ? 0 : x.numel() / cols, cols};
+opforge::kernels::RowView row_view(const OpDesc& op, const Tensor& x) {
+  const std::vector<int64_t> shape = shape_of(x);
+  return opforge::kernels::row_view(op, shape.data(), x.dim());
 }
 
 }  // namespace opforge_torch

@@ -8,7 +8,7 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
-#include <opforge/kernels/attrs.h>
+#include <opforge/kernels/shapes.h>
 
 #include <cstdint>
 #include <string>
@@ -22,30 +22,24 @@ using torch::stable::Tensor;
 
 enum class Backend { CPU, CUDA };
 
-// Names used in messages: the ONNX op names, so every layer reports the same text.
-inline constexpr const char* kSwish = opforge::kernels::kSwishOp.name;
-inline constexpr const char* kRMSNorm = opforge::kernels::kRMSNormOp.name;
-inline constexpr const char* kSwiGLU = opforge::kernels::kSwiGLUOp.name;
+using opforge::kernels::OpDesc;
 
 // `opforge.<Op>: <what>: expected <expected>, got <got>` thrown as std::runtime_error,
 // which torch surfaces as RuntimeError.
 [[noreturn]] void fail(const char* op, const std::string& what, const std::string& expected,
                        const std::string& got);
 
-void check_swish(Backend backend, const Tensor& x, double beta);
-void check_swish_backward(Backend backend, const Tensor& dy, const Tensor& x, double beta);
-void check_rms_norm(Backend backend, const Tensor& x, const Tensor& w, double epsilon);
-void check_rms_norm_backward(Backend backend, const Tensor& dy, const Tensor& x, const Tensor& w,
-                             double epsilon);
-
-void check_swiglu(Backend backend, const Tensor& x, double beta);
-void check_swiglu_backward(Backend backend, const Tensor& dy, const Tensor& x, double beta);
+// An op's argument checks, from its descriptor: devices, dtypes, X's shape rule, W (when given),
+// the attribute. The backward adds dY (Y's shape).
+void check_op(Backend backend, const OpDesc& op, const Tensor& x, const Tensor* w, double attr);
+void check_op_backward(Backend backend, const OpDesc& op, const Tensor& dy, const Tensor& x,
+                       const Tensor* w, double attr);
 // `out` of an .out overload: X's device and dtype, the output's shape.
-void check_out(const char* op, const Tensor& out, const Tensor& x, const std::vector<int64_t>& shape);
+void check_out(const OpDesc& op, const Tensor& out, const Tensor& x);
 
 std::vector<int64_t> shape_of(const Tensor& t);
-// SwiGLU: X [..., 2d] -> Y [..., d]
-std::vector<int64_t> swiglu_output_shape(const Tensor& x);
+std::vector<int64_t> output_shape(const OpDesc& op, const Tensor& x);
+opforge::kernels::RowView row_view(const OpDesc& op, const Tensor& x);
 
 // Runs `compute(y)` on a contiguous y and returns `out` holding the result: y is `out` itself
 // when it is contiguous, else a temporary copied into it.
@@ -62,11 +56,46 @@ Tensor write_into(Tensor out, const Tensor& like, const std::vector<int64_t>& sh
   return out;
 }
 
-// Row view of a tensor normalised over its last axis: [rows, cols].
-struct RowShape {
-  int64_t rows;
-  int64_t cols;
-};
-RowShape row_shape(const Tensor& x);
+// ---- registration: one line per op and backend ----------------------------------------------
+// `Impl` is a backend's glue (static templates forward<Op>, forward_out<Op>, backward<Op> taking
+// W as a pointer, nullptr for single-input ops); `Op` an op's kernel binding (kernels/ cpu_ops.h,
+// cuda_ops.cuh). These adapt them to the schemas' signatures (schema_generated.h).
+template <class Impl, class Op>
+Tensor unary(const Tensor& x, double attr) { return Impl::template forward<Op>(x, nullptr, attr); }
+template <class Impl, class Op>
+Tensor unary_out(const Tensor& x, double attr, Tensor out) {
+  return Impl::template forward_out<Op>(x, nullptr, attr, out);
+}
+template <class Impl, class Op>
+Tensor weighted(const Tensor& x, const Tensor& w, double attr) {
+  return Impl::template forward<Op>(x, &w, attr);
+}
+template <class Impl, class Op>
+Tensor weighted_out(const Tensor& x, const Tensor& w, double attr, Tensor out) {
+  return Impl::template forward_out<Op>(x, &w, attr, out);
+}
+template <class Impl, class Op>
+Tensor unary_backward(const Tensor& dy, const Tensor& x, double attr) {
+  return Impl::template backward<Op>(dy, x, attr);
+}
+
+using Library = torch::stable::detail::StableLibrary;
+
+// <op>, <op>.out and <op>_backward of a single-input op.
+template <class Impl, class Op>
+void register_unary(Library& m) {
+  const std::string name = Op::desc.torch_name;
+  m.impl(name.c_str(), TORCH_BOX((&unary<Impl, Op>)));
+  m.impl((name + ".out").c_str(), TORCH_BOX((&unary_out<Impl, Op>)));
+  m.impl((name + "_backward").c_str(), TORCH_BOX((&unary_backward<Impl, Op>)));
+}
+
+// <op> and <op>.out of an op with a weight W; its backward (dW) is the backend's own.
+template <class Impl, class Op>
+void register_weighted(Library& m) {
+  const std::string name = Op::desc.torch_name;
+  m.impl(name.c_str(), TORCH_BOX((&weighted<Impl, Op>)));
+  m.impl((name + ".out").c_str(), TORCH_BOX((&weighted_out<Impl, Op>)));
+}
 
 }  // namespace opforge_torch

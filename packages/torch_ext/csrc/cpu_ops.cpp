@@ -1,5 +1,5 @@
 // CPU kernels: validation, contiguity and threading here; the math is kernels/ cpu.h.
-#include <opforge/kernels/cpu.h>
+#include <opforge/kernels/cpu_ops.h>
 
 #include <algorithm>
 
@@ -8,7 +8,7 @@
 namespace opforge_torch {
 namespace {
 
-namespace k = opforge::kernels::cpu;
+namespace k = opforge::kernels;
 
 // ~32K elements per task: below that the thread hand-off costs more than the work.
 constexpr int64_t kGrainElements = 32768;
@@ -33,133 +33,70 @@ T* out(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
 
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(cols, 1)); }
 
-// y: contiguous, X's shape.
-void swish_into(const Tensor& x, double beta, Tensor& y) {
+// ---- every op: forward, .out and (single-input ops) backward, from the op's kernel binding ----
+
+// y: contiguous, Y's shape.
+template <class Op>
+void forward_into(const Tensor& x, const Tensor* w, double attr, Tensor& y) {
+  const k::RowView v = row_view(Op::desc, x);
   dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    const T* xp = in<T>(x);
-    T* yp = out<T>(y);
-    torch::stable::parallel_for(0, x.numel(), kGrainElements, [&](int64_t b, int64_t e) {
-      k::swish_forward<T>(xp + b, yp + b, e - b, static_cast<float>(beta));
+    const k::cpu::Forward<T> args{in<T>(x), w ? in<T>(*w) : nullptr, out<T>(y), v.cols,
+                                  static_cast<float>(attr)};
+    torch::stable::parallel_for(0, v.rows, row_grain(v.cols), [&](int64_t b, int64_t e) {
+      Op::forward(args, b, e);
     });
   });
 }
 
-Tensor swish(const Tensor& x_in, double beta) {
-  check_swish(Backend::CPU, x_in, beta);
-  const Tensor x = torch::stable::contiguous(x_in);
-  Tensor y = torch::stable::new_empty(x, x.sizes());
-  swish_into(x, beta, y);
-  return y;
-}
+struct Cpu {
+  template <class Op>
+  static Tensor forward(const Tensor& x_in, const Tensor* w_in, double attr) {
+    check_op(Backend::CPU, Op::desc, x_in, w_in, attr);
+    const Tensor x = torch::stable::contiguous(x_in);
+    const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
+    Tensor y = torch::stable::new_empty(x, output_shape(Op::desc, x));
+    forward_into<Op>(x, w_in ? &w : nullptr, attr, y);
+    return y;
+  }
 
-Tensor swish_out(const Tensor& x_in, double beta, Tensor out) {
-  check_swish(Backend::CPU, x_in, beta);
-  check_out(kSwish, out, x_in, shape_of(x_in));
-  const Tensor x = torch::stable::contiguous(x_in);
-  return write_into(out, x, shape_of(x), [&](Tensor& y) { swish_into(x, beta, y); });
-}
+  template <class Op>
+  static Tensor forward_out(const Tensor& x_in, const Tensor* w_in, double attr, Tensor out) {
+    check_op(Backend::CPU, Op::desc, x_in, w_in, attr);
+    check_out(Op::desc, out, x_in);
+    const Tensor x = torch::stable::contiguous(x_in);
+    const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
+    return write_into(out, x, output_shape(Op::desc, x),
+                      [&](Tensor& y) { forward_into<Op>(x, w_in ? &w : nullptr, attr, y); });
+  }
 
-// y: contiguous, [..., d] for X [..., 2d].
-void swiglu_into(const Tensor& x, double beta, Tensor& y) {
-  const RowShape s = row_shape(x);
-  const int64_t d = s.cols / 2;
-  dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* xp = in<T>(x);
-    T* yp = out<T>(y);
-    torch::stable::parallel_for(0, s.rows, row_grain(s.cols), [&](int64_t b, int64_t e) {
-      k::swiglu_forward<T>(xp, yp, b, e, d, static_cast<float>(beta));
+  template <class Op>
+  static Tensor backward(const Tensor& dy_in, const Tensor& x_in, double attr) {
+    check_op_backward(Backend::CPU, Op::desc, dy_in, x_in, nullptr, attr);
+    const Tensor x = torch::stable::contiguous(x_in);
+    const Tensor dy = torch::stable::contiguous(dy_in);
+    Tensor dx = torch::stable::new_empty(x, x.sizes());
+    const k::RowView v = row_view(Op::desc, x);
+    dispatch(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      const k::cpu::Backward<T> args{in<T>(dy), in<T>(x), out<T>(dx), v.cols, static_cast<float>(attr)};
+      torch::stable::parallel_for(0, v.rows, row_grain(v.cols), [&](int64_t b, int64_t e) {
+        Op::backward(args, b, e);
+      });
     });
-  });
-}
-
-Tensor swiglu(const Tensor& x_in, double beta) {
-  check_swiglu(Backend::CPU, x_in, beta);
-  const Tensor x = torch::stable::contiguous(x_in);
-  Tensor y = torch::stable::new_empty(x, swiglu_output_shape(x));
-  swiglu_into(x, beta, y);
-  return y;
-}
-
-Tensor swiglu_out(const Tensor& x_in, double beta, Tensor out) {
-  check_swiglu(Backend::CPU, x_in, beta);
-  check_out(kSwiGLU, out, x_in, swiglu_output_shape(x_in));
-  const Tensor x = torch::stable::contiguous(x_in);
-  return write_into(out, x, swiglu_output_shape(x), [&](Tensor& y) { swiglu_into(x, beta, y); });
-}
-
-Tensor swiglu_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
-  check_swiglu_backward(Backend::CPU, dy_in, x_in, beta);
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor dy = torch::stable::contiguous(dy_in);
-  Tensor dx = torch::stable::new_empty(x, x.sizes());
-  const RowShape s = row_shape(x);
-  dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    const T *dyp = in<T>(dy), *xp = in<T>(x);
-    T* dxp = out<T>(dx);
-    torch::stable::parallel_for(0, s.rows, row_grain(s.cols), [&](int64_t b, int64_t e) {
-      k::swiglu_backward<T>(dyp, xp, dxp, b, e, s.cols / 2, static_cast<float>(beta));
-    });
-  });
-  return dx;
-}
-
-Tensor swish_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
-  check_swish_backward(Backend::CPU, dy_in, x_in, beta);
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor dy = torch::stable::contiguous(dy_in);
-  Tensor dx = torch::stable::new_empty(x, x.sizes());
-  dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    const T *dyp = in<T>(dy), *xp = in<T>(x);
-    T* dxp = out<T>(dx);
-    torch::stable::parallel_for(0, x.numel(), kGrainElements, [&](int64_t b, int64_t e) {
-      k::swish_backward<T>(dyp + b, xp + b, dxp + b, e - b, static_cast<float>(beta));
-    });
-  });
-  return dx;
-}
-
-void rms_norm_into(const Tensor& x, const Tensor& w, double epsilon, Tensor& y) {
-  const RowShape s = row_shape(x);
-  dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    const T *xp = in<T>(x), *wp = in<T>(w);
-    T* yp = out<T>(y);
-    torch::stable::parallel_for(0, s.rows, row_grain(s.cols), [&](int64_t b, int64_t e) {
-      k::rms_norm_forward<T>(xp, wp, yp, b, e, s.cols, static_cast<float>(epsilon));
-    });
-  });
-}
-
-Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double epsilon) {
-  check_rms_norm(Backend::CPU, x_in, w_in, epsilon);
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor w = torch::stable::contiguous(w_in);
-  Tensor y = torch::stable::new_empty(x, x.sizes());
-  rms_norm_into(x, w, epsilon, y);
-  return y;
-}
-
-Tensor rms_norm_out(const Tensor& x_in, const Tensor& w_in, double epsilon, Tensor out) {
-  check_rms_norm(Backend::CPU, x_in, w_in, epsilon);
-  check_out(kRMSNorm, out, x_in, shape_of(x_in));
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor w = torch::stable::contiguous(w_in);
-  return write_into(out, x, shape_of(x), [&](Tensor& y) { rms_norm_into(x, w, epsilon, y); });
-}
+    return dx;
+  }
+};
 
 // dX per row; dW as per-block partial sums (float, double for double) reduced by torch::stable::sum.
 std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
                                              const Tensor& w_in, double epsilon) {
-  check_rms_norm_backward(Backend::CPU, dy_in, x_in, w_in, epsilon);
+  check_op_backward(Backend::CPU, k::kRMSNormOp, dy_in, x_in, &w_in, epsilon);
   const Tensor x = torch::stable::contiguous(x_in);
   const Tensor w = torch::stable::contiguous(w_in);
   const Tensor dy = torch::stable::contiguous(dy_in);
   Tensor dx = torch::stable::new_empty(x, x.sizes());
-  const RowShape s = row_shape(x);
+  const k::RowView s = row_view(k::kRMSNormOp, x);
   const bool is_double = x.scalar_type() == ScalarType::Double;
   const ScalarType acc_type = is_double ? ScalarType::Double : ScalarType::Float;
   const int64_t blocks = std::clamp<int64_t>(s.rows * s.cols / kGrainElements, 1, kMaxRowBlocks);
@@ -175,7 +112,7 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& 
       for (int64_t blk = b; blk < e; ++blk) {
         const int64_t r0 = std::min(s.rows, blk * rows_per_block);
         const int64_t r1 = std::min(s.rows, r0 + rows_per_block);
-        k::rms_norm_backward<T, Acc>(dyp, xp, wp, dxp, acc + blk * s.cols, r0, r1, s.cols,
+        k::cpu::rms_norm_backward<T, Acc>(dyp, xp, wp, dxp, acc + blk * s.cols, r0, r1, s.cols,
                                      static_cast<float>(epsilon));
       }
     });
@@ -189,13 +126,10 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& 
 }  // namespace opforge_torch
 
 STABLE_TORCH_LIBRARY_IMPL(opforge, CPU, m) {
-  m.impl("swish", TORCH_BOX(&opforge_torch::swish));
-  m.impl("swish_backward", TORCH_BOX(&opforge_torch::swish_backward));
-  m.impl("swish.out", TORCH_BOX(&opforge_torch::swish_out));
-  m.impl("swiglu", TORCH_BOX(&opforge_torch::swiglu));
-  m.impl("swiglu.out", TORCH_BOX(&opforge_torch::swiglu_out));
-  m.impl("swiglu_backward", TORCH_BOX(&opforge_torch::swiglu_backward));
-  m.impl("rms_norm", TORCH_BOX(&opforge_torch::rms_norm));
-  m.impl("rms_norm.out", TORCH_BOX(&opforge_torch::rms_norm_out));
+  using namespace opforge::kernels::cpu;
+  using opforge_torch::Cpu;
+  opforge_torch::register_unary<Cpu, SwishKernel>(m);
+  opforge_torch::register_unary<Cpu, SwiGLUKernel>(m);
+  opforge_torch::register_weighted<Cpu, RMSNormKernel>(m);
   m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
 }

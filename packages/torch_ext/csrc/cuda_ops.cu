@@ -1,5 +1,5 @@
 // CUDA kernels: validation, contiguity, device guard and stream here; the math is kernels/ cuda.cuh.
-#include <opforge/kernels/cuda.cuh>
+#include <opforge/kernels/cuda_ops.cuh>
 
 #include <torch/csrc/stable/accelerator.h>
 
@@ -12,7 +12,7 @@
 namespace opforge_torch {
 namespace {
 
-namespace k = opforge::kernels::cuda;
+namespace k = opforge::kernels;
 
 template <class Fn>
 void dispatch(ScalarType t, Fn&& fn) {
@@ -40,133 +40,77 @@ void check_launch(const char* op, cudaError_t err) {
   if (err != cudaSuccess) fail(op, "CUDA kernel launch", "cudaSuccess", cudaGetErrorString(err));
 }
 
-// y: contiguous, X's shape; the caller holds the device guard.
-void swish_into(const Tensor& x, double beta, Tensor& y) {
+// ---- every op: forward, .out and (single-input ops) backward, from the op's kernel binding ----
+
+// y: contiguous, Y's shape; the caller holds the device guard.
+template <class Op>
+void forward_into(const Tensor& x, const Tensor* w, double attr, Tensor& y) {
+  const k::RowView v = row_view(Op::desc, x);
   // An empty launch grid is a CUDA error, and there is nothing to compute.
   if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    check_launch(kSwish, k::swish_forward<T>(in<T>(x), out<T>(y), x.numel(),
-                                             static_cast<float>(beta), current_stream(x)));
+    const k::cuda::Forward<T> args{in<T>(x), w ? in<T>(*w) : nullptr, out<T>(y), v.rows, v.cols,
+                                   static_cast<float>(attr)};
+    check_launch(Op::desc.name, Op::forward(args, current_stream(x)));
   });
 }
 
-Tensor swish(const Tensor& x_in, double beta) {
-  check_swish(Backend::CUDA, x_in, beta);
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  Tensor y = torch::stable::new_empty(x, x.sizes());
-  swish_into(x, beta, y);
-  return y;
-}
+struct Cuda {
+  template <class Op>
+  static Tensor forward(const Tensor& x_in, const Tensor* w_in, double attr) {
+    check_op(Backend::CUDA, Op::desc, x_in, w_in, attr);
+    torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+    const Tensor x = torch::stable::contiguous(x_in);
+    const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
+    Tensor y = torch::stable::new_empty(x, output_shape(Op::desc, x));
+    forward_into<Op>(x, w_in ? &w : nullptr, attr, y);
+    return y;
+  }
 
-Tensor swish_out(const Tensor& x_in, double beta, Tensor out) {
-  check_swish(Backend::CUDA, x_in, beta);
-  check_out(kSwish, out, x_in, shape_of(x_in));
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  return write_into(out, x, shape_of(x), [&](Tensor& y) { swish_into(x, beta, y); });
-}
+  template <class Op>
+  static Tensor forward_out(const Tensor& x_in, const Tensor* w_in, double attr, Tensor out) {
+    check_op(Backend::CUDA, Op::desc, x_in, w_in, attr);
+    check_out(Op::desc, out, x_in);
+    torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+    const Tensor x = torch::stable::contiguous(x_in);
+    const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
+    return write_into(out, x, output_shape(Op::desc, x),
+                      [&](Tensor& y) { forward_into<Op>(x, w_in ? &w : nullptr, attr, y); });
+  }
 
-// y: contiguous [..., d] for X [..., 2d].
-void swiglu_into(const Tensor& x, double beta, Tensor& y) {
-  const RowShape s = row_shape(x);
-  if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    check_launch(kSwiGLU, k::swiglu_forward<T>(in<T>(x), out<T>(y), s.rows, s.cols / 2,
-                                               static_cast<float>(beta), current_stream(x)));
-  });
-}
-
-Tensor swiglu(const Tensor& x_in, double beta) {
-  check_swiglu(Backend::CUDA, x_in, beta);
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  Tensor y = torch::stable::new_empty(x, swiglu_output_shape(x));
-  swiglu_into(x, beta, y);
-  return y;
-}
-
-Tensor swiglu_out(const Tensor& x_in, double beta, Tensor out) {
-  check_swiglu(Backend::CUDA, x_in, beta);
-  check_out(kSwiGLU, out, x_in, swiglu_output_shape(x_in));
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  return write_into(out, x, swiglu_output_shape(x), [&](Tensor& y) { swiglu_into(x, beta, y); });
-}
-
-Tensor swiglu_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
-  check_swiglu_backward(Backend::CUDA, dy_in, x_in, beta);
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor dy = torch::stable::contiguous(dy_in);
-  Tensor dx = torch::stable::new_empty(x, x.sizes());
-  const RowShape s = row_shape(x);
-  if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    check_launch(kSwiGLU, k::swiglu_backward<T>(in<T>(dy), in<T>(x), out<T>(dx), s.rows,
-                                                s.cols / 2, static_cast<float>(beta),
-                                                current_stream(x)));
-  });
-  return dx;
-}
-
-Tensor swish_backward(const Tensor& dy_in, const Tensor& x_in, double beta) {
-  check_swish_backward(Backend::CUDA, dy_in, x_in, beta);
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor dy = torch::stable::contiguous(dy_in);
-  Tensor dx = torch::stable::new_empty(x, x.sizes());
-  if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    check_launch(kSwish, k::swish_backward<T>(in<T>(dy), in<T>(x), out<T>(dx), x.numel(),
-                                              static_cast<float>(beta), current_stream(x)));
-  });
-  return dx;
-}
-
-void rms_norm_into(const Tensor& x, const Tensor& w, double epsilon, Tensor& y) {
-  const RowShape s = row_shape(x);
-  if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    check_launch(kRMSNorm, k::rms_norm_forward<T>(in<T>(x), in<T>(w), out<T>(y), s.rows, s.cols,
-                                                  static_cast<float>(epsilon), current_stream(x)));
-  });
-}
-
-Tensor rms_norm(const Tensor& x_in, const Tensor& w_in, double epsilon) {
-  check_rms_norm(Backend::CUDA, x_in, w_in, epsilon);
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor w = torch::stable::contiguous(w_in);
-  Tensor y = torch::stable::new_empty(x, x.sizes());
-  rms_norm_into(x, w, epsilon, y);
-  return y;
-}
-
-Tensor rms_norm_out(const Tensor& x_in, const Tensor& w_in, double epsilon, Tensor out) {
-  check_rms_norm(Backend::CUDA, x_in, w_in, epsilon);
-  check_out(kRMSNorm, out, x_in, shape_of(x_in));
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor w = torch::stable::contiguous(w_in);
-  return write_into(out, x, shape_of(x), [&](Tensor& y) { rms_norm_into(x, w, epsilon, y); });
-}
+  template <class Op>
+  static Tensor backward(const Tensor& dy_in, const Tensor& x_in, double attr) {
+    check_op_backward(Backend::CUDA, Op::desc, dy_in, x_in, nullptr, attr);
+    torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+    const Tensor x = torch::stable::contiguous(x_in);
+    const Tensor dy = torch::stable::contiguous(dy_in);
+    Tensor dx = torch::stable::new_empty(x, x.sizes());
+    const k::RowView v = row_view(Op::desc, x);
+    if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      const k::cuda::Backward<T> args{in<T>(dy), in<T>(x), out<T>(dx), v.rows, v.cols,
+                                      static_cast<float>(attr)};
+      check_launch(Op::desc.name, Op::backward(args, current_stream(x)));
+    });
+    return dx;
+  }
+};
 
 // dW accumulates in float32 (atomics in the kernel), then is cast to W's dtype.
 std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
                                              const Tensor& w_in, double epsilon) {
-  check_rms_norm_backward(Backend::CUDA, dy_in, x_in, w_in, epsilon);
+  check_op_backward(Backend::CUDA, k::kRMSNormOp, dy_in, x_in, &w_in, epsilon);
   torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
   const Tensor x = torch::stable::contiguous(x_in);
   const Tensor w = torch::stable::contiguous(w_in);
   const Tensor dy = torch::stable::contiguous(dy_in);
   Tensor dx = torch::stable::new_empty(x, x.sizes());
-  const RowShape s = row_shape(x);
+  const k::RowView s = row_view(k::kRMSNormOp, x);
   Tensor dw = torch::stable::new_zeros(x, {s.cols}, ScalarType::Float);
   if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    check_launch(kRMSNorm,
-                 k::rms_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), out<float>(dw),
+    check_launch(k::kRMSNormOp.name,
+                 k::cuda::rms_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), out<float>(dw),
                                          s.rows, s.cols, static_cast<float>(epsilon),
                                          current_stream(x)));
   });
@@ -177,13 +121,10 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& 
 }  // namespace opforge_torch
 
 STABLE_TORCH_LIBRARY_IMPL(opforge, CUDA, m) {
-  m.impl("swish", TORCH_BOX(&opforge_torch::swish));
-  m.impl("swish_backward", TORCH_BOX(&opforge_torch::swish_backward));
-  m.impl("swish.out", TORCH_BOX(&opforge_torch::swish_out));
-  m.impl("swiglu", TORCH_BOX(&opforge_torch::swiglu));
-  m.impl("swiglu.out", TORCH_BOX(&opforge_torch::swiglu_out));
-  m.impl("swiglu_backward", TORCH_BOX(&opforge_torch::swiglu_backward));
-  m.impl("rms_norm", TORCH_BOX(&opforge_torch::rms_norm));
-  m.impl("rms_norm.out", TORCH_BOX(&opforge_torch::rms_norm_out));
+  using namespace opforge::kernels::cuda;
+  using opforge_torch::Cuda;
+  opforge_torch::register_unary<Cuda, SwishKernel>(m);
+  opforge_torch::register_unary<Cuda, SwiGLUKernel>(m);
+  opforge_torch::register_weighted<Cuda, RMSNormKernel>(m);
   m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
 }

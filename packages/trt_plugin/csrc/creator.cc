@@ -199,9 +199,7 @@ nvinfer1::IPluginV3* Creator::createPlugin(const char*, const PluginFieldCollect
     const bool serialized = phase != nvinfer1::TensorRTPhase::kBUILD;
     float attr = 0.0f;
     if (!read_fields(*spec_, fc, serialized, &attr)) return nullptr;
-    if (spec_ == &kSwish) return new (std::nothrow) SwishPlugin(attr);
-    if (spec_ == &kSwiGLU) return new (std::nothrow) SwiGLUPlugin(attr);
-    return new (std::nothrow) RMSNormPlugin(attr);
+    return new (std::nothrow) Plugin(*spec_, attr);
   } catch (...) {  // std::string allocation in a message: never let it cross into TensorRT
     return nullptr;
   }

@@ -1,4 +1,4 @@
-#include <opforge/kernels/cuda.cuh>
+#include <opforge/kernels/cuda_ops.cuh>
 
 #include "cuda_launch.h"
 
@@ -6,49 +6,42 @@ namespace opforge_trt::cuda {
 namespace kc = opforge::kernels::cuda;
 
 namespace {
-template <class T>
-cudaError_t swish_as(const void* x, void* y, int64_t n, float beta, cudaStream_t s) {
-  return kc::swish_forward<T>(static_cast<const T*>(x), static_cast<T*>(y), n, beta, s);
+template <class Op, class T>
+cudaError_t forward_as(const void* x, const void* w, void* y, int64_t rows, int64_t cols, float attr,
+                       cudaStream_t s) {
+  const kc::Forward<T> args{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), rows, cols, attr};
+  return Op::forward(args, s);
 }
 
-template <class T>
-cudaError_t rms_norm_as(const void* x, const void* w, void* y, int64_t rows, int64_t cols, float eps,
-                        cudaStream_t s) {
-  return kc::rms_norm_forward<T>(static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), rows,
-                                 cols, eps, s);
+template <class Op>
+cudaError_t forward_typed(Element type, const void* x, const void* w, void* y, int64_t rows, int64_t cols, float attr,
+                          cudaStream_t s) {
+  switch (type) {
+    case Element::kFloat: return forward_as<Op, float>(x, w, y, rows, cols, attr, s);
+    case Element::kHalf: return forward_as<Op, __half>(x, w, y, rows, cols, attr, s);
+    case Element::kBFloat16: return forward_as<Op, __nv_bfloat16>(x, w, y, rows, cols, attr, s);
+  }
+  return cudaErrorInvalidValue;
 }
 
-template <class T>
-cudaError_t swiglu_as(const void* x, void* y, int64_t rows, int64_t d, float beta, cudaStream_t s) {
-  return kc::swiglu_forward<T>(static_cast<const T*>(x), static_cast<T*>(y), rows, d, beta, s);
-}
+using Launcher = cudaError_t (*)(Element, const void*, const void*, void*, int64_t, int64_t, float, cudaStream_t);
+struct Entry {
+  const opforge::kernels::OpDesc* op;
+  Launcher launch;
+};
+
+// Every op's CUDA kernel: one row per op.
+const Entry kLaunchers[] = {
+    {&kc::SwishKernel::desc, forward_typed<kc::SwishKernel>},
+    {&kc::RMSNormKernel::desc, forward_typed<kc::RMSNormKernel>},
+    {&kc::SwiGLUKernel::desc, forward_typed<kc::SwiGLUKernel>},
+};
 }  // namespace
 
-cudaError_t swish(Element type, const void* x, void* y, int64_t n, float beta, cudaStream_t s) {
-  switch (type) {
-    case Element::kFloat: return swish_as<float>(x, y, n, beta, s);
-    case Element::kHalf: return swish_as<__half>(x, y, n, beta, s);
-    case Element::kBFloat16: return swish_as<__nv_bfloat16>(x, y, n, beta, s);
-  }
-  return cudaErrorInvalidValue;
-}
-
-cudaError_t rms_norm(Element type, const void* x, const void* w, void* y, int64_t rows, int64_t cols, float eps,
-                     cudaStream_t s) {
-  switch (type) {
-    case Element::kFloat: return rms_norm_as<float>(x, w, y, rows, cols, eps, s);
-    case Element::kHalf: return rms_norm_as<__half>(x, w, y, rows, cols, eps, s);
-    case Element::kBFloat16: return rms_norm_as<__nv_bfloat16>(x, w, y, rows, cols, eps, s);
-  }
-  return cudaErrorInvalidValue;
-}
-
-cudaError_t swiglu(Element type, const void* x, void* y, int64_t rows, int64_t d, float beta, cudaStream_t s) {
-  switch (type) {
-    case Element::kFloat: return swiglu_as<float>(x, y, rows, d, beta, s);
-    case Element::kHalf: return swiglu_as<__half>(x, y, rows, d, beta, s);
-    case Element::kBFloat16: return swiglu_as<__nv_bfloat16>(x, y, rows, d, beta, s);
-  }
+cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* x, const void* w, void* y,
+                    int64_t rows, int64_t cols, float attr, cudaStream_t s) {
+  for (const Entry& entry : kLaunchers)
+    if (entry.op == &op) return entry.launch(type, x, w, y, rows, cols, attr, s);
   return cudaErrorInvalidValue;
 }
 

@@ -1,8 +1,10 @@
-// The shared CUDA launchers (kernels/include/opforge/kernels/cuda.cuh) for TensorRT's element
+// The shared CUDA launchers (kernels/include/opforge/kernels/cuda_ops.cuh) for TensorRT's element
 // types, compiled by nvcc in cuda_launch.cu; the plugin code stays free of CUDA kernel headers.
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include <opforge/kernels/attrs.h>
 
 #include <cstdint>
 
@@ -10,10 +12,8 @@ namespace opforge_trt::cuda {
 
 enum class Element { kFloat, kHalf, kBFloat16 };
 
-cudaError_t swish(Element type, const void* x, void* y, int64_t n, float beta, cudaStream_t stream);
-cudaError_t rms_norm(Element type, const void* x, const void* w, void* y, int64_t rows, int64_t cols,
-                     float epsilon, cudaStream_t stream);
-// X [rows, 2d] -> Y [rows, d]
-cudaError_t swiglu(Element type, const void* x, void* y, int64_t rows, int64_t d, float beta, cudaStream_t stream);
+// Y of `op` for X viewed as [rows, cols] (shapes.h RowView); w: the second input, or nullptr.
+cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* x, const void* w, void* y,
+                    int64_t rows, int64_t cols, float attr, cudaStream_t stream);
 
 }  // namespace opforge_trt::cuda

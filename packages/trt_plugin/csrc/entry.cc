@@ -3,16 +3,29 @@
 // getCreators (V3 creators), getPluginCreators (V2 creators: none here) and setLoggerFinder.
 #include <NvInferRuntime.h>
 
+#include <deque>
+#include <vector>
+
 #include "log.h"
 #include "plugin.h"
 
 #define OPFORGE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
-opforge_trt::Creator g_swish(opforge_trt::kSwish);
-opforge_trt::Creator g_rms_norm(opforge_trt::kRMSNorm);
-opforge_trt::Creator g_swiglu(opforge_trt::kSwiGLU);
-nvinfer1::IPluginCreatorInterface* const g_creators[] = {&g_swish, &g_rms_norm, &g_swiglu};
+// One creator per op of the generated descriptors (kOps), made once and kept for the library's life.
+struct Creators {
+  std::deque<opforge_trt::Creator> owned;  // a deque never moves its elements (they point into themselves)
+  std::vector<nvinfer1::IPluginCreatorInterface*> list;
+
+  Creators() {
+    for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps) list.push_back(&owned.emplace_back(*op));
+  }
+};
+
+const Creators& creators() {
+  static const Creators all;
+  return all;
+}
 }  // namespace
 
 OPFORGE_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) noexcept {
@@ -20,8 +33,9 @@ OPFORGE_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) noexcept {
 }
 
 OPFORGE_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators) noexcept {
-  nbCreators = static_cast<int32_t>(sizeof g_creators / sizeof g_creators[0]);
-  return g_creators;
+  const Creators& all = creators();
+  nbCreators = static_cast<int32_t>(all.list.size());
+  return all.list.data();
 }
 
 #pragma GCC diagnostic push

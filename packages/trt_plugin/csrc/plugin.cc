@@ -5,6 +5,8 @@
 #include <new>
 #include <string>
 
+#include <opforge/kernels/shapes.h>
+
 #include "log.h"
 
 namespace opforge_trt {
@@ -14,6 +16,7 @@ using nvinfer1::Dims;
 using nvinfer1::PluginField;
 using nvinfer1::PluginFieldType;
 using nvinfer1::TensorFormat;
+namespace kernels = opforge::kernels;
 
 namespace {
 
@@ -62,11 +65,11 @@ nvinfer1::IPluginCapability* Plugin::getCapabilityInterface(nvinfer1::PluginCapa
   return nullptr;
 }
 
-nvinfer1::IPluginV3* Plugin::clone() noexcept { return copy(); }
+nvinfer1::IPluginV3* Plugin::clone() noexcept { return new (std::nothrow) Plugin(*spec_, attr_); }
 
 nvinfer1::IPluginV3* Plugin::attachToContext(nvinfer1::IPluginResourceContext*) noexcept {
   // Each execution context gets its own plugin object; the plugin holds no per-context resources.
-  return copy();
+  return clone();
 }
 
 // ---- build ----------------------------------------------------------------------------------
@@ -117,12 +120,26 @@ int32_t Plugin::getOutputShapes(const nvinfer1::DimsExprs* inputs, int32_t nbInp
     }
   }
   if (check_dims(known) != 0) return -1;
-  output_dims(inputs[0], outputs[0], builder);
+  outputs[0] = inputs[0];  // Y: X's dims, the last one divided by the op's split (symbolically)
+  if (spec_->split > 1) {
+    const int32_t last = inputs[0].nbDims - 1;
+    outputs[0].d[last] = builder.operation(nvinfer1::DimensionOperation::kFLOOR_DIV, *inputs[0].d[last],
+                                           *builder.constant(spec_->split));
+  }
   return 0;
 }
 
-void Plugin::output_dims(const nvinfer1::DimsExprs& x, nvinfer1::DimsExprs& y, nvinfer1::IExprBuilder&) const noexcept {
-  y = x;
+int32_t Plugin::check_dims(const Dims* inputs) const noexcept {
+  try {
+    const Dims& x = inputs[0];
+    std::string error = kernels::x_shape_error(*spec_, x.d, x.nbDims, "a rank-0 tensor (scalar)");
+    if (error.empty() && spec_->nb_inputs > 1)
+      error = kernels::w_shape_error(*spec_, x.d, x.nbDims, inputs[1].d, inputs[1].nbDims);
+    if (error.empty()) return 0;
+    log(nvinfer1::ILogger::Severity::kERROR, error);
+  } catch (...) {  // std::string allocation: never let it cross into TensorRT
+  }
+  return -1;
 }
 
 bool Plugin::supportsFormatCombination(int32_t pos, const nvinfer1::DynamicPluginTensorDesc* inOut, int32_t nbInputs,
@@ -159,7 +176,11 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
     report(spec_->name, "X", kSupportedTypes, type_name(inputDesc[0].type) + " tensor");
     return -1;
   }
-  const cudaError_t status = launch(element, inputDesc, inputs, outputs[0], stream);
+  const Dims& x = inputDesc[0].dims;
+  if (volume(x) == 0) return 0;  // empty X (cols may be 0): nothing to do
+  const kernels::RowView v = kernels::row_view(*spec_, x.d, x.nbDims);
+  const cudaError_t status = cuda::forward(*spec_, element, inputs[0], spec_->nb_inputs > 1 ? inputs[1] : nullptr,
+                                           outputs[0], v.rows, v.cols, attr_, stream);
   if (status != cudaSuccess) {
     report(spec_->name, "CUDA kernel launch", "cudaSuccess",
            std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")");
@@ -175,79 +196,5 @@ const nvinfer1::PluginFieldCollection* Plugin::getFieldsToSerialize() noexcept {
   field_collection_.fields = fields_.data();
   return &field_collection_;
 }
-
-// ---- Swish ----------------------------------------------------------------------------------
-
-int32_t SwishPlugin::check_dims(const Dims*) const noexcept { return 0; }  // any shape, empty too
-
-cudaError_t SwishPlugin::launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc,
-                                const void* const* inputs, void* output, cudaStream_t stream) const noexcept {
-  return cuda::swish(type, inputs[0], output, volume(inputDesc[0].dims), attribute(), stream);
-}
-
-Plugin* SwishPlugin::copy() const noexcept { return new (std::nothrow) SwishPlugin(attribute()); }
-
-// ---- RMSNorm --------------------------------------------------------------------------------
-
-int32_t RMSNormPlugin::check_dims(const Dims* inputs) const noexcept {
-  const Dims& x = inputs[0];
-  const Dims& w = inputs[1];
-  if (x.nbDims < 1) {
-    report(spec().name, "X", opforge::kernels::kRankAtLeast1, "a rank-0 tensor (scalar)");
-    return -1;
-  }
-  const int64_t cols = x.d[x.nbDims - 1];
-  const bool length_known = cols >= 0 && w.nbDims == 1 && w.d[0] >= 0;
-  if (w.nbDims != 1 || (length_known && w.d[0] != cols)) {
-    const std::string expected =
-        cols >= 0 ? opforge::kernels::kRMSNormWeightExpected + std::to_string(cols) + opforge::kernels::kRMSNormWeightSuffix
-                  : std::string("1-D tensor (length = last dim of X)");
-    report(spec().name, "W", expected, "shape " + dims_str(w));
-    return -1;
-  }
-  return 0;
-}
-
-cudaError_t RMSNormPlugin::launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc,
-                                  const void* const* inputs, void* output, cudaStream_t stream) const noexcept {
-  const Dims& x = inputDesc[0].dims;
-  const int64_t cols = x.d[x.nbDims - 1];
-  const int64_t n = volume(x);
-  if (n == 0) return cudaSuccess;  // empty X (cols may be 0): nothing to do
-  return cuda::rms_norm(type, inputs[0], inputs[1], output, n / cols, cols, attribute(), stream);
-}
-
-Plugin* RMSNormPlugin::copy() const noexcept { return new (std::nothrow) RMSNormPlugin(attribute()); }
-
-// ---- SwiGLU ---------------------------------------------------------------------------------
-
-int32_t SwiGLUPlugin::check_dims(const Dims* inputs) const noexcept {
-  const Dims& x = inputs[0];
-  const int64_t last = x.nbDims >= 1 ? x.d[x.nbDims - 1] : 0;
-  // -1: not known at build time, checked again with the real dims in configurePlugin/onShapeChange
-  if (x.nbDims < 1 || (last != -1 && (last < 2 || last % 2 != 0))) {
-    report(spec().name, "X", opforge::kernels::kSwiGLUXExpected, x.nbDims < 1 ? "rank 0" : "shape " + dims_str(x));
-    return -1;
-  }
-  return 0;
-}
-
-void SwiGLUPlugin::output_dims(const nvinfer1::DimsExprs& x, nvinfer1::DimsExprs& y,
-                               nvinfer1::IExprBuilder& builder) const noexcept {
-  y = x;
-  const int32_t last = x.nbDims - 1;
-  y.d[last] = builder.operation(nvinfer1::DimensionOperation::kFLOOR_DIV, *x.d[last], *builder.constant(2));
-}
-
-cudaError_t SwiGLUPlugin::launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc,
-                                 const void* const* inputs, void* output, cudaStream_t stream) const noexcept {
-  const Dims& x = inputDesc[0].dims;
-  const int64_t cols = x.d[x.nbDims - 1];
-  const int64_t n = volume(x);
-  if (n == 0) return cudaSuccess;
-  return cuda::swiglu(type, inputs[0], output, n / cols, cols / 2, attribute(), stream);
-}
-
-Plugin* SwiGLUPlugin::copy() const noexcept { return new (std::nothrow) SwiGLUPlugin(attribute()); }
 
 }  // namespace opforge_trt

@@ -1,6 +1,6 @@
-// IPluginV3 plugins for the opforge ops. One base class carries what the ops share (one float
-// attribute, one output, LINEAR float/half/bf16 tensors, serialization as fields); SwishPlugin,
-// RMSNormPlugin and SwiGLUPlugin add their input checks, their output shape and their kernel launch.
+// IPluginV3 plugins for the opforge ops: one class for every op (one float attribute, one output,
+// LINEAR float/half/bf16 tensors, serialization as fields), driven by the op's generated descriptor
+// (input checks, output shape: shapes.h) and its CUDA launcher (cuda_launch.cu).
 #pragma once
 
 #include <NvInferRuntime.h>
@@ -26,11 +26,8 @@ constexpr char kFormatField[] = "format_version";
 // attribute (name, default, valid range), the inputs. constexpr: initialized before any static
 // constructor (the creators in entry.cc point at them).
 using OpSpec = opforge::kernels::OpDesc;
-inline constexpr const OpSpec& kSwish = opforge::kernels::kSwishOp;
-inline constexpr const OpSpec& kRMSNorm = opforge::kernels::kRMSNormOp;
-inline constexpr const OpSpec& kSwiGLU = opforge::kernels::kSwiGLUOp;
 
-class Plugin : public nvinfer1::IPluginV3,
+class Plugin final : public nvinfer1::IPluginV3,
                public nvinfer1::IPluginV3OneCore,
                public nvinfer1::IPluginV3OneBuild,
                public nvinfer1::IPluginV3OneRuntime {
@@ -68,18 +65,9 @@ class Plugin : public nvinfer1::IPluginV3,
   nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
   const nvinfer1::PluginFieldCollection* getFieldsToSerialize() noexcept override;
 
- protected:
-  const OpSpec& spec() const { return *spec_; }
-  // Checks the input dims (entries may be -1: unknown at build time); 0, or reports and returns -1.
-  virtual int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept = 0;
-  virtual cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc,
-                             const void* const* inputs, void* output, cudaStream_t stream) const noexcept = 0;
-  virtual Plugin* copy() const noexcept = 0;
-  // Y's dims from X's (symbolic) dims; X's shape unless the op says otherwise.
-  virtual void output_dims(const nvinfer1::DimsExprs& x, nvinfer1::DimsExprs& y,
-                           nvinfer1::IExprBuilder& builder) const noexcept;
-
  private:
+  // Checks the input dims (entries may be -1: unknown at build time); 0, or reports and returns -1.
+  int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept;
   int32_t check_counts(int32_t nbInputs, int32_t nbOutputs) const noexcept;
 
   const OpSpec* spec_;
@@ -88,42 +76,6 @@ class Plugin : public nvinfer1::IPluginV3,
   // Rebuilt by getFieldsToSerialize() from the values above: no pointer outlives a call.
   std::array<nvinfer1::PluginField, 2> fields_{};
   nvinfer1::PluginFieldCollection field_collection_{};
-};
-
-class SwishPlugin final : public Plugin {
- public:
-  explicit SwishPlugin(float beta) : Plugin(kSwish, beta) {}
-
- protected:
-  int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept override;
-  cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc, const void* const* inputs,
-                     void* output, cudaStream_t stream) const noexcept override;
-  Plugin* copy() const noexcept override;
-};
-
-class RMSNormPlugin final : public Plugin {
- public:
-  explicit RMSNormPlugin(float epsilon) : Plugin(kRMSNorm, epsilon) {}
-
- protected:
-  int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept override;
-  cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc, const void* const* inputs,
-                     void* output, cudaStream_t stream) const noexcept override;
-  Plugin* copy() const noexcept override;
-};
-
-// X [..., 2d] -> Y [..., d]
-class SwiGLUPlugin final : public Plugin {
- public:
-  explicit SwiGLUPlugin(float beta) : Plugin(kSwiGLU, beta) {}
-
- protected:
-  int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept override;
-  cudaError_t launch(cuda::Element type, const nvinfer1::PluginTensorDesc* inputDesc, const void* const* inputs,
-                     void* output, cudaStream_t stream) const noexcept override;
-  Plugin* copy() const noexcept override;
-  void output_dims(const nvinfer1::DimsExprs& x, nvinfer1::DimsExprs& y,
-                   nvinfer1::IExprBuilder& builder) const noexcept override;
 };
 
 // One creator per op. getFieldNames() declares the op's attribute only (what TensorRT's ONNX

@@ -31,6 +31,10 @@ struct AttrSpec {
   const char* doc;
 };
 
+// How a kernel sees X: every element alike, or rows of X's last axis (then W, when the op has a
+// second input, is a 1-D per-column weight).
+enum class Layout { kElementwise, kRows };
+
 struct OpDesc {
   const char* name;        // ONNX op_type, TensorRT plugin name
   const char* torch_name;  // torch.ops.opforge.<torch_name>
@@ -38,6 +42,9 @@ struct OpDesc {
   const char* inputs;      // for messages: "X" / "X, W"
   const AttrSpec* attr;    // the op's one float attribute
   const char* doc;
+  Layout layout;
+  int32_t split;           // > 1: X's last axis holds `split` equal parts, Y's last axis is one part
+  const char* x_expected;  // X's shape rule in messages when split > 1
 };
 
 inline const char* attr_expectation(AttrRange range) {

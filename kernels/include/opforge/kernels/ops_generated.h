@@ -14,15 +14,15 @@ inline constexpr AttrSpec kSwishBeta{"Swish", "beta", 1.0, AttrRange::kAnyFinite
 inline constexpr AttrSpec kRMSNormEpsilon{"RMSNorm", "epsilon", 1e-06, AttrRange::kFiniteNonNegative, "added to the mean square"};
 inline constexpr AttrSpec kSwiGLUBeta{"SwiGLU", "beta", 1.0, AttrRange::kAnyFinite, "slope inside the sigmoid"};
 
-inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape"};
-inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0"};
-inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]"};
+inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, ""};
+inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, ""};
+inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2"};
+inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp};
 
-// Shape rules' expectations, for error_text(op, input, expected, got).
+// Shape rules' expectations, for error_text(op, input, expected, got) (shapes.h).
 inline constexpr const char* kRankAtLeast1 = "a tensor of rank >= 1";
-inline constexpr const char* kSwiGLUXExpected = "a tensor of rank >= 1 whose last dim is even and >= 2";
-// RMSNorm's W: kRMSNormWeightExpected + <last dim of X> + kRMSNormWeightSuffix
-inline constexpr const char* kRMSNormWeightExpected = "1-D tensor of length ";
-inline constexpr const char* kRMSNormWeightSuffix = " (last dim of X)";
+// W (a per-column weight): kWeightExpected + <last dim of X> + kWeightSuffix
+inline constexpr const char* kWeightExpected = "1-D tensor of length ";
+inline constexpr const char* kWeightSuffix = " (last dim of X)";
 
 }  // namespace opforge::kernels

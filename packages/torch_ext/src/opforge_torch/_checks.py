@@ -12,10 +12,6 @@ import torch
 
 import opforge_spec
 
-SWISH = opforge_spec.SWISH.name
-RMS_NORM = opforge_spec.RMS_NORM.name
-SWIGLU = opforge_spec.SWIGLU.name
-
 _DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
                 torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
                 torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool"}
@@ -86,66 +82,49 @@ def attribute(op: str, name: str, value: float) -> None:
         raise RuntimeError(message)
 
 
-def swish(x: torch.Tensor, beta: float) -> None:
-    _dtype(SWISH, "X", x)
-    attribute(SWISH, "beta", beta)
+def _x_shape(spec: opforge_spec.OpSpec, x: torch.Tensor) -> None:
+    if x.dim() < 1 and spec.x_error(()) is not None:
+        raise RuntimeError(spec.x_error(()))
+    if spec.split > 1:
+        last = x.shape[-1]
+        # torch._check: with a dynamic last dim this records the constraint instead of specializing
+        torch._check(last >= spec.split, lambda: spec.x_error(x.shape))
+        torch._check(last % spec.split == 0, lambda: spec.x_error(x.shape))
 
 
-def swish_backward(dy: torch.Tensor, x: torch.Tensor, beta: float) -> None:
-    _same_device(SWISH, "dY", dy, "X", x)
-    swish(x, beta)
-    _same_dtype(SWISH, "dY", dy, "X", x)
-    _same_shape(SWISH, "dY", dy, "X", x)
-
-
-def rms_norm(x: torch.Tensor, w: torch.Tensor, epsilon: float) -> None:
-    _same_device(RMS_NORM, "W", w, "X", x)
-    _dtype(RMS_NORM, "X", x)
-    if x.dim() < 1:
-        fail(RMS_NORM, "X", "a tensor of rank >= 1", "rank 0")
-    _same_dtype(RMS_NORM, "W", w, "X", x)
+def _weight(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor) -> None:
+    _same_dtype(spec.name, "W", w, "X", x)
     cols = x.shape[-1]
-    before, after = opforge_spec.RMS_NORM.extra["w_expected"]
+    before, after = opforge_spec.WEIGHT_EXPECTED
     torch._check(w.dim() == 1 and w.shape[0] == cols, lambda: opforge_spec.error(
-        RMS_NORM, "W", f"{before}{cols}{after}", f"shape {_shape(w)}"))
-    attribute(RMS_NORM, "epsilon", epsilon)
+        spec.name, "W", f"{before}{cols}{after}", f"shape {_shape(w)}"))
 
 
-def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, epsilon: float) -> None:
-    _same_device(RMS_NORM, "dY", dy, "X", x)
-    rms_norm(x, w, epsilon)
-    _same_dtype(RMS_NORM, "dY", dy, "X", x)
-    _same_shape(RMS_NORM, "dY", dy, "X", x)
+def op(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor | None, attr: float) -> None:
+    """The C++ kernels' checks of a forward call, in their order (csrc/checks.cpp check_op)."""
+    if w is not None:
+        _same_device(spec.name, "W", w, "X", x)
+    _dtype(spec.name, "X", x)
+    _x_shape(spec, x)
+    if w is not None:
+        _weight(spec, x, w)
+    attribute(spec.name, spec.attr.name, attr)
 
 
-def swiglu_output_shape(x: torch.Tensor) -> tuple:
-    return (*x.shape[:-1], x.shape[-1] // 2)
+def backward(spec: opforge_spec.OpSpec, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor | None,
+             attr: float) -> None:
+    _same_device(spec.name, "dY", dy, "X", x)
+    op(spec, x, w, attr)
+    _same_dtype(spec.name, "dY", dy, "X", x)
+    _shape_is(spec.name, "dY", dy, output_shape(spec, x), "Y" if spec.split > 1 else "X")
 
 
-def _swiglu_shape(x: torch.Tensor) -> None:
-    if x.dim() < 1:
-        raise RuntimeError(opforge_spec.swiglu_x_error(()))
-    last = x.shape[-1]
-    # torch._check: with a dynamic last dim this records the constraint instead of specializing
-    torch._check(last >= 2, lambda: opforge_spec.swiglu_x_error(x.shape))
-    torch._check(last % 2 == 0, lambda: opforge_spec.swiglu_x_error(x.shape))
+def output_shape(spec: opforge_spec.OpSpec, x: torch.Tensor) -> tuple:
+    return spec.output_shape(x.shape)
 
 
-def swiglu(x: torch.Tensor, beta: float) -> None:
-    _dtype(SWIGLU, "X", x)
-    _swiglu_shape(x)
-    attribute(SWIGLU, "beta", beta)
-
-
-def swiglu_backward(dy: torch.Tensor, x: torch.Tensor, beta: float) -> None:
-    _same_device(SWIGLU, "dY", dy, "X", x)
-    swiglu(x, beta)
-    _same_dtype(SWIGLU, "dY", dy, "X", x)
-    _shape_is(SWIGLU, "dY", dy, swiglu_output_shape(x), "Y")
-
-
-def out(op: str, out: torch.Tensor, x: torch.Tensor, shape: tuple) -> None:
+def out(spec: opforge_spec.OpSpec, out: torch.Tensor, x: torch.Tensor) -> None:
     """`out` of an .out overload: X's device and dtype, the output's shape."""
-    _same_device(op, "out", out, "X", x)
-    _same_dtype(op, "out", out, "X", x)
-    _shape_is(op, "out", out, tuple(shape), "Y")
+    _same_device(spec.name, "out", out, "X", x)
+    _same_dtype(spec.name, "out", out, "X", x)
+    _shape_is(spec.name, "out", out, output_shape(spec, x), "Y")

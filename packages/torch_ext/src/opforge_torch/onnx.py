@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import torch
 from torch.onnx import symbolic_helper
@@ -24,6 +25,7 @@ DOMAIN_VERSION = opforge_spec.DOMAIN_VERSION
 _BETA = opforge_spec.SWISH.defaults()["beta"]
 _EPSILON = opforge_spec.RMS_NORM.defaults()["epsilon"]
 _SWIGLU_BETA = opforge_spec.SWIGLU.defaults()["beta"]
+_TORCH_ARGS = {"X": "x", "W": "weight"}  # ONNX input name -> torch argument name (the schemas')
 OPSET_RANGE = (13, 21)  # standard-ONNX opsets the decomposed graphs are written for
 DYNAMO_MIN_OPSET = 18  # the dynamo exporter refuses lower targets
 _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
@@ -48,20 +50,12 @@ def _ts_constant(g, number, like):
     return g.op("Constant", value_t=torch.tensor(number, dtype=_ts_dtype(like)))
 
 
-@symbolic_helper.parse_args("v", "f")
 def _ts_swish(g, x, beta):
-    _check_attribute("Swish", "beta", beta)
-    if not _state["decomposed"]:
-        return g.op(f"{DOMAIN}::Swish", x, beta_f=beta).setType(x.type())
     scaled = x if beta == 1.0 else g.op("Mul", x, _ts_constant(g, beta, x))
     return g.op("Mul", x, g.op("Sigmoid", scaled))
 
 
-@symbolic_helper.parse_args("v", "v", "f")
 def _ts_rms_norm(g, x, weight, epsilon):
-    _check_attribute("RMSNorm", "epsilon", epsilon)
-    if not _state["decomposed"]:
-        return g.op(f"{DOMAIN}::RMSNorm", x, weight, epsilon_f=epsilon).setType(x.type())
     square = g.op("Pow", x, _ts_constant(g, 2.0, x))
     if g.opset >= 18:  # ReduceMean's axes moved from attribute to input at opset 18
         axes = g.op("Constant", value_t=torch.tensor([-1], dtype=torch.int64))
@@ -87,22 +81,46 @@ def _ts_halves(g, x):
             g.op("Slice", x, half, _ts_ints(g, [2**62]), axes))
 
 
-@symbolic_helper.parse_args("v", "f")
 def _ts_swiglu(g, x, beta):
-    _check_attribute("SwiGLU", "beta", beta)
-    if not _state["decomposed"]:
-        return g.op(f"{DOMAIN}::SwiGLU", x, beta_f=beta)
     a, b = _ts_halves(g, x)
     scaled = a if beta == 1.0 else g.op("Mul", a, _ts_constant(g, beta, x))
     return g.op("Mul", g.op("Mul", a, g.op("Sigmoid", scaled)), b)
 
 
+def _signature(spec: opforge_spec.OpSpec, leading: tuple = ()) -> inspect.Signature:
+    """The schema's parameters (tensor inputs, then the float attribute with its default)."""
+    parameter = inspect.Parameter
+    names = [*leading, *(_TORCH_ARGS[i] for i in spec.inputs)]
+    tensors = [parameter(n, parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    attr = parameter(spec.attr.name, parameter.POSITIONAL_OR_KEYWORD, default=spec.attr.default,
+                     annotation=float)
+    return inspect.Signature([*tensors, attr])
+
+
+# Per op: its decomposed graph in standard ONNX ops (the math differs per op).
+_TS_DECOMPOSED = {"swish": _ts_swish, "rms_norm": _ts_rms_norm, "swiglu": _ts_swiglu}
+
+
+def _ts_symbolic(spec: opforge_spec.OpSpec):
+    """One opforge node (or the decomposed graph) for a call: tensor inputs, then the attribute."""
+    def symbolic(g, *args):
+        *tensors, attr = args
+        _check_attribute(spec.name, spec.attr.name, attr)
+        if _state["decomposed"]:
+            return _TS_DECOMPOSED[spec.torch_name](g, *tensors, attr)
+        node = g.op(f"{DOMAIN}::{spec.name}", *tensors, **{f"{spec.attr.name}_f": attr})
+        return node.setType(tensors[0].type()) if spec.split == 1 else node  # Y keeps X's type
+
+    # parse_args names each argument from the signature (g, then the schema's arguments)
+    symbolic.__signature__ = _signature(spec, leading=("g",))
+    return symbolic_helper.parse_args(*("v" * len(spec.inputs)), "f")(symbolic)
+
+
 def _register_torchscript_symbolics():
     from torch.onnx import register_custom_op_symbolic
 
-    register_custom_op_symbolic(f"{DOMAIN}::swish", _ts_swish, OPSET_RANGE[0])
-    register_custom_op_symbolic(f"{DOMAIN}::rms_norm", _ts_rms_norm, OPSET_RANGE[0])
-    register_custom_op_symbolic(f"{DOMAIN}::swiglu", _ts_swiglu, OPSET_RANGE[0])
+    for spec in opforge_spec.OPS.values():
+        register_custom_op_symbolic(f"{DOMAIN}::{spec.torch_name}", _ts_symbolic(spec), OPSET_RANGE[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,26 +157,35 @@ def custom_translation_table(*, decomposed: bool = False) -> dict:
     return _decomposed_table() if decomposed else _opforge_table()
 
 
+def _with_signature(function, spec: opforge_spec.OpSpec):
+    """`function(*args, **kwargs)` with the op's parameters, which the dynamo exporter reads (tensor
+    inputs unannotated, the attribute a float)."""
+    function.__signature__ = _signature(spec)
+    function.__annotations__ = {spec.attr.name: float}
+    function.__name__ = spec.torch_name
+    return function
+
+
+def _opforge_node(opset, spec: opforge_spec.OpSpec):
+    node = getattr(opset, spec.name)
+
+    def translate(*args, **kwargs):
+        bound = inspect.signature(translate).bind(*args, **kwargs)
+        bound.apply_defaults()
+        *tensors, attr = bound.arguments.values()
+        _check_attribute(spec.name, spec.attr.name, attr)
+        return node(*tensors, **{spec.attr.name: float(attr)})
+
+    return _with_signature(translate, spec)
+
+
 def _opforge_table():
     import onnxscript
 
     register_onnx_schemas()
     opforge = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)
-
-    def swish(x, beta: float = _BETA):
-        _check_attribute("Swish", "beta", beta)
-        return opforge.Swish(x, beta=float(beta))
-
-    def rms_norm(x, weight, epsilon: float = _EPSILON):
-        _check_attribute("RMSNorm", "epsilon", epsilon)
-        return opforge.RMSNorm(x, weight, epsilon=float(epsilon))
-
-    def swiglu(x, beta: float = _SWIGLU_BETA):
-        _check_attribute("SwiGLU", "beta", beta)
-        return opforge.SwiGLU(x, beta=float(beta))
-
-    return {torch.ops.opforge.swish.default: swish, torch.ops.opforge.rms_norm.default: rms_norm,
-            torch.ops.opforge.swiglu.default: swiglu}
+    return {getattr(torch.ops.opforge, spec.torch_name).default: _opforge_node(opforge, spec)
+            for spec in opforge_spec.OPS.values()}
 
 
 def _decomposed_table():

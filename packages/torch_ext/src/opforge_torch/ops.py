@@ -36,96 +36,65 @@ def swiglu(x: torch.Tensor, beta: float = _SWIGLU_BETA) -> torch.Tensor:
     return _ops.swiglu(x, beta)
 
 
+def _inputs(spec: opforge_spec.OpSpec, args: tuple) -> tuple:
+    """(tensors, attribute) of a call with the op's tensor inputs, then its attribute (default
+    when left out)."""
+    count = len(spec.inputs)
+    attr = args[count] if len(args) > count else spec.attr.default
+    return args[:count], attr
+
+
+def _weight(tensors: tuple):
+    return tensors[1] if len(tensors) > 1 else None
+
+
 # Fake kernels: the C++ kernels' checks, then shapes/dtypes only. The real kernels return
 # contiguous outputs, so do these (opcheck compares strides).
 def _empty_like(t):
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
-@torch.library.register_fake("opforge::swish")
-def _swish_fake(x, beta=_BETA):
-    _checks.swish(x, beta)
-    return _empty_like(x)
+def _register_fakes(spec: opforge_spec.OpSpec) -> None:
+    name = f"opforge::{spec.torch_name}"
 
+    def forward(*args):
+        tensors, attr = _inputs(spec, args)
+        _checks.op(spec, tensors[0], _weight(tensors), attr)
+        return tensors[0].new_empty(_checks.output_shape(spec, tensors[0]))
 
-@torch.library.register_fake("opforge::swish.out")
-def _swish_out_fake(x, beta=_BETA, *, out):
-    _checks.swish(x, beta)
-    _checks.out(_checks.SWISH, out, x, x.shape)
-    return out
+    def forward_out(*args, out):
+        tensors, attr = _inputs(spec, args)
+        _checks.op(spec, tensors[0], _weight(tensors), attr)
+        _checks.out(spec, out, tensors[0])
+        return out
 
+    def backward(grad, *args):
+        tensors, attr = _inputs(spec, args)
+        _checks.backward(spec, grad, tensors[0], _weight(tensors), attr)
+        grads = tuple(_empty_like(t) for t in tensors)  # one per tensor input
+        return grads if len(grads) > 1 else grads[0]
 
-@torch.library.register_fake("opforge::swiglu")
-def _swiglu_fake(x, beta=_SWIGLU_BETA):
-    _checks.swiglu(x, beta)
-    return x.new_empty(_checks.swiglu_output_shape(x))
-
-
-@torch.library.register_fake("opforge::swiglu.out")
-def _swiglu_out_fake(x, beta=_SWIGLU_BETA, *, out):
-    _checks.swiglu(x, beta)
-    _checks.out(_checks.SWIGLU, out, x, _checks.swiglu_output_shape(x))
-    return out
-
-
-@torch.library.register_fake("opforge::swiglu_backward")
-def _swiglu_backward_fake(grad, x, beta):
-    _checks.swiglu_backward(grad, x, beta)
-    return _empty_like(x)
-
-
-@torch.library.register_fake("opforge::rms_norm.out")
-def _rms_norm_out_fake(x, weight, epsilon=_EPSILON, *, out):
-    _checks.rms_norm(x, weight, epsilon)
-    _checks.out(_checks.RMS_NORM, out, x, x.shape)
-    return out
-
-
-@torch.library.register_fake("opforge::swish_backward")
-def _swish_backward_fake(grad, x, beta):
-    _checks.swish_backward(grad, x, beta)
-    return _empty_like(x)
-
-
-@torch.library.register_fake("opforge::rms_norm")
-def _rms_norm_fake(x, weight, epsilon=_EPSILON):
-    _checks.rms_norm(x, weight, epsilon)
-    return _empty_like(x)
-
-
-@torch.library.register_fake("opforge::rms_norm_backward")
-def _rms_norm_backward_fake(grad, x, weight, epsilon):
-    _checks.rms_norm_backward(grad, x, weight, epsilon)
-    return _empty_like(x), _empty_like(weight)
+    torch.library.register_fake(name, forward)
+    torch.library.register_fake(f"{name}.out", forward_out)
+    torch.library.register_fake(f"{name}_backward", backward)
 
 
 # ---- first derivatives: the fused backward kernels ----------------------------------------
-def _swish_setup(ctx, inputs, output):
-    x, beta = inputs
-    ctx.save_for_backward(x)
-    ctx.beta = beta
+def _save_inputs(ctx, inputs, output):
+    """For an op or its backward: the tensors saved, the attribute (the last input) kept."""
+    *tensors, attr = inputs
+    ctx.save_for_backward(*tensors)
+    ctx.attr = attr
 
 
-def _swish_grad(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return _ops.swish_backward(grad, x, ctx.beta), None
+def _fused_gradient(spec: opforge_spec.OpSpec):
+    backward = getattr(_ops, f"{spec.torch_name}_backward")
 
+    def gradient(ctx, grad):
+        grads = backward(grad, *ctx.saved_tensors, ctx.attr)
+        return (*grads, None) if isinstance(grads, tuple) else (grads, None)
 
-def _swiglu_grad(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return _ops.swiglu_backward(grad, x, ctx.beta), None
-
-
-def _rms_norm_setup(ctx, inputs, output):
-    x, weight, epsilon = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.epsilon = epsilon
-
-
-def _rms_norm_grad(ctx, grad):
-    x, weight = ctx.saved_tensors
-    dx, dweight = _ops.rms_norm_backward(grad, x, weight, ctx.epsilon)
-    return dx, dweight, None
+    return gradient
 
 
 # ---- second and higher derivatives: composed formulas of the backward ops -------------------
@@ -146,17 +115,11 @@ def _compute_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def _swish_backward_setup(ctx, inputs, output):
-    grad, x, beta = inputs
-    ctx.save_for_backward(grad, x)
-    ctx.beta = beta
-
-
 def _swish_backward_grad(ctx, upstream):
     """Gradients of dX = dY * (s + beta*x*s*(1-s)), s = sigmoid(beta*x), w.r.t. dY and X."""
     grad, x = ctx.saved_tensors
     compute = _compute_dtype(x)
-    beta = _as_float32(ctx.beta)
+    beta = _as_float32(ctx.attr)
     g, xc, u = grad.to(compute), x.to(compute), upstream.to(compute)
     s = torch.sigmoid(beta * xc)
     ds = s * (1 - s)  # d sigmoid(t) / dt
@@ -169,7 +132,7 @@ def _swiglu_backward_grad(ctx, upstream):
     """Gradients of dX = [dY * B * f'(A), dY * f(A)], f = swish, w.r.t. dY and X."""
     grad, x = ctx.saved_tensors
     compute = _compute_dtype(x)
-    beta = _as_float32(ctx.beta)
+    beta = _as_float32(ctx.attr)
     g, xc, u = grad.to(compute), x.to(compute), upstream.to(compute)
     a, b = xc.chunk(2, dim=-1)
     u_a, u_b = u.chunk(2, dim=-1)
@@ -192,12 +155,6 @@ def _rms_inverse(x: torch.Tensor, epsilon: float) -> torch.Tensor:
     return torch.where(zero, torch.zeros_like(inverse), inverse)
 
 
-def _rms_norm_backward_setup(ctx, inputs, output):
-    grad, x, weight, epsilon = inputs
-    ctx.save_for_backward(grad, x, weight)
-    ctx.epsilon = epsilon
-
-
 def _rms_norm_backward_grad(ctx, upstream_dx, upstream_dw):
     """Gradients of the backward's outputs w.r.t. dY, X and W. Per row, with n columns,
     r = rms_inverse(x), a = g*w, c = sum(a*x):
@@ -210,7 +167,7 @@ def _rms_norm_backward_grad(ctx, upstream_dx, upstream_dw):
     u = upstream_dx.to(compute) if upstream_dx is not None else torch.zeros_like(xc)
     v = upstream_dw.to(compute) if upstream_dw is not None else torch.zeros_like(w)
     n = x.shape[-1]
-    r = _rms_inverse(xc, _as_float32(ctx.epsilon))
+    r = _rms_inverse(xc, _as_float32(ctx.attr))
     r3 = r * r * r
     a = g * w
 
@@ -227,12 +184,13 @@ def _rms_norm_backward_grad(ctx, upstream_dx, upstream_dw):
     return d_grad.to(grad.dtype), d_x.to(x.dtype), d_weight.to(weight.dtype), None
 
 
-torch.library.register_autograd("opforge::swish", _swish_grad, setup_context=_swish_setup)
-torch.library.register_autograd("opforge::rms_norm", _rms_norm_grad, setup_context=_rms_norm_setup)
-torch.library.register_autograd("opforge::swiglu", _swiglu_grad, setup_context=_swish_setup)
-torch.library.register_autograd("opforge::swiglu_backward", _swiglu_backward_grad,
-                                setup_context=_swish_backward_setup)
-torch.library.register_autograd("opforge::swish_backward", _swish_backward_grad,
-                                setup_context=_swish_backward_setup)
-torch.library.register_autograd("opforge::rms_norm_backward", _rms_norm_backward_grad,
-                                setup_context=_rms_norm_backward_setup)
+# Per op: the gradient of its backward op (hand-written: the math differs per op).
+_SECOND_DERIVATIVES = {"swish": _swish_backward_grad, "rms_norm": _rms_norm_backward_grad,
+                       "swiglu": _swiglu_backward_grad}
+
+for _spec in opforge_spec.OPS.values():
+    _register_fakes(_spec)
+    torch.library.register_autograd(f"opforge::{_spec.torch_name}", _fused_gradient(_spec),
+                                    setup_context=_save_inputs)
+    torch.library.register_autograd(f"opforge::{_spec.torch_name}_backward",
+                                    _SECOND_DERIVATIVES[_spec.torch_name], setup_context=_save_inputs)

@@ -1,8 +1,7 @@
 // libops_opforge_nn.so.1: Swish, RMSNorm and SwiGLU on the SDK, calling the shared kernels (the
 // single source of op math) and declared from the descriptors generated from the op spec (names,
 // domain, version, attributes). Runs single-threaded: threading is the host engine's job.
-#include <opforge/kernels/attrs.h>
-#include <opforge/kernels/cpu.h>
+#include <opforge/kernels/cpu_ops.h>
 #include <opforge/plugin.h>
 
 #include <cstdio>
@@ -14,18 +13,11 @@ namespace {
 namespace k = opforge::kernels;
 
 const int32_t kTypes[] = {OPFORGE_DTYPE_FLOAT32, OPFORGE_DTYPE_FLOAT64, OPFORGE_DTYPE_BFLOAT16};
-const OpforgeIODesc kSwishIn[] = {{"X", 3, kTypes}};
-const OpforgeIODesc kRmsIn[] = {{"X", 3, kTypes}, {"W", 3, kTypes}};
+const OpforgeIODesc kInputs[] = {{"X", 3, kTypes}, {"W", 3, kTypes}};  // an op takes the first nb_inputs
 const OpforgeIODesc kOut[] = {{"Y", 3, kTypes}};
-constexpr OpforgeAttrSchema float_attr(const k::AttrSpec& a) {
-  return {a.name, OPFORGE_ATTR_FLOAT, 0, a.default_value, 0, nullptr, a.doc};
-}
-const OpforgeAttrSchema kSwishAttrs[] = {float_attr(k::kSwishBeta)};
-const OpforgeAttrSchema kRmsAttrs[] = {float_attr(k::kRMSNormEpsilon)};
-const OpforgeAttrSchema kSwiGLUAttrs[] = {float_attr(k::kSwiGLUBeta)};
 
 struct Params {
-  float value;  // beta or epsilon
+  float value;  // the op's attribute (beta, epsilon, ...)
 };
 
 int32_t fail(char* err, size_t len, const std::string& msg) {
@@ -33,158 +25,96 @@ int32_t fail(char* err, size_t len, const std::string& msg) {
   return OPFORGE_ERR_INVALID_ARGUMENT;
 }
 
-std::string shape_of(const OpforgeTensor& t) {
-  std::string s = "[";
-  for (int32_t i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
-  return s + "]";
-}
-
-int64_t numel(const OpforgeTensor& t) {
-  int64_t n = 1;
-  for (int32_t i = 0; i < t.rank; ++i) n *= t.shape[i];
-  return n;
-}
+std::string shape_of(int32_t rank, const int64_t* shape) { return k::shape_text(shape, rank); }
 
 const char* dtype_name(int32_t dt) {
   return dt == OPFORGE_DTYPE_FLOAT32 ? "float32" : dt == OPFORGE_DTYPE_FLOAT64 ? "float64" : dt == OPFORGE_DTYPE_BFLOAT16 ? "bfloat16" : "other";
 }
 
+void destroy(void* inst) { delete static_cast<Params*>(inst); }
+
+// ---- every op, from its descriptor and its kernel binding (kernels/ cpu_ops.h) ----------------
+
 // The host hands attributes over as doubles; the kernels compute with float32, so the shared rule
 // (attrs.h) refuses any value that is not finite once rounded to float32, with the common message.
-int32_t create_with(const k::AttrSpec& attr, const OpforgeAttrValue& value, void** inst, char* err, size_t len) {
-  const std::string error = k::attr_error(attr, value.f);
+template <class Op>
+int32_t create(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
+  const std::string error = k::attr_error(*Op::desc.attr, a[0].f);
   if (!error.empty()) return fail(err, len, error);
-  *inst = new (std::nothrow) Params{static_cast<float>(value.f)};
+  *inst = new (std::nothrow) Params{static_cast<float>(a[0].f)};
   return *inst ? OPFORGE_OK : OPFORGE_ERR_OUT_OF_MEMORY;
 }
 
-int32_t create_swish(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
-  return create_with(k::kSwishBeta, a[0], inst, err, len);
+std::string input_error(const k::OpDesc& op, const OpforgeTensor* in) {
+  const OpforgeTensor& x = in[0];
+  std::string error = k::x_shape_error(op, x.shape, x.rank);
+  if (!error.empty() || op.nb_inputs < 2) return error;
+  const OpforgeTensor& w = in[1];
+  error = k::w_shape_error(op, x.shape, x.rank, w.shape, w.rank);
+  if (error.empty() && w.dtype != x.dtype)
+    error = k::error_text(op.name, "W", std::string("dtype ") + dtype_name(x.dtype) + " (same as X)", dtype_name(w.dtype));
+  return error;
 }
 
-int32_t create_rms(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
-  return create_with(k::kRMSNormEpsilon, a[0], inst, err, len);
+template <class Op>
+int32_t shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char* err, size_t len) {
+  const std::string error = input_error(Op::desc, in);
+  if (!error.empty()) return fail(err, len, error);
+  out->dtype = in[0].dtype;
+  out->rank = in[0].rank;
+  k::output_shape(Op::desc, in[0].shape, in[0].rank, out->shape);
+  return OPFORGE_OK;
 }
 
-int32_t create_swiglu(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
-  return create_with(k::kSwiGLUBeta, a[0], inst, err, len);
-}
-
-void destroy(void* inst) { delete static_cast<Params*>(inst); }
-
-void same_as(const OpforgeTensor& x, OpforgeTensorDesc* out) {
-  out->dtype = x.dtype;
-  out->rank = x.rank;
-  for (int32_t i = 0; i < x.rank; ++i) out->shape[i] = x.shape[i];
-}
-
-bool output_matches(const char* op, const OpforgeTensor& x, const OpforgeTensor& y, char* err, size_t len) {
-  if (y.dtype == x.dtype && numel(y) == numel(x) && (numel(y) == 0 || y.data)) return true;
-  fail(err, len, std::string("opforge.") + op + ": Y: expected " + dtype_name(x.dtype) + " output of shape " + shape_of(x) +
-                     ", got " + dtype_name(y.dtype) + " of shape " + shape_of(y));
+bool output_matches(const char* op, const OpforgeTensor& x, const OpforgeTensorDesc& want, const OpforgeTensor& y,
+                    char* err, size_t len) {
+  const int64_t n = k::element_count(want.shape, want.rank);
+  if (y.dtype == x.dtype && k::element_count(y.shape, y.rank) == n && (n == 0 || y.data)) return true;
+  fail(err, len, std::string("opforge.") + op + ": Y: expected " + dtype_name(x.dtype) + " output of shape " +
+                     shape_of(want.rank, want.shape) + ", got " + dtype_name(y.dtype) + " of shape " +
+                     shape_of(y.rank, y.shape));
   return false;
 }
 
-int32_t swish_shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char*, size_t) {
-  same_as(in[0], out);
-  return OPFORGE_OK;
+template <class Op, class T>
+void run(const OpforgeTensor* in, uint32_t n_in, const OpforgeTensor& y, float attr) {
+  const k::RowView v = k::row_view(Op::desc, in[0].shape, in[0].rank);
+  const k::cpu::Forward<T> args{static_cast<const T*>(in[0].data), n_in > 1 ? static_cast<const T*>(in[1].data) : nullptr,
+                                static_cast<T*>(y.data), v.cols, attr};
+  Op::forward(args, 0, v.rows);
 }
 
-int32_t swish_compute(void* inst, const OpforgeTensor* in, uint32_t, OpforgeTensor* out, uint32_t, char* err, size_t len) {
-  if (!output_matches("Swish", in[0], out[0], err, len)) return OPFORGE_ERR_INVALID_ARGUMENT;
-  const float beta = static_cast<Params*>(inst)->value;
-  const int64_t n = numel(in[0]);
-  if (n == 0) return OPFORGE_OK;
-  switch (in[0].dtype) {
-    case OPFORGE_DTYPE_FLOAT32: k::cpu::swish_forward(static_cast<const float*>(in[0].data), static_cast<float*>(out[0].data), n, beta); break;
-    case OPFORGE_DTYPE_FLOAT64: k::cpu::swish_forward(static_cast<const double*>(in[0].data), static_cast<double*>(out[0].data), n, beta); break;
-    default: k::cpu::swish_forward(static_cast<const k::bfloat16*>(in[0].data), static_cast<k::bfloat16*>(out[0].data), n, beta);
-  }
-  return OPFORGE_OK;
-}
-
-int32_t rms_shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char* err, size_t len) {
-  const OpforgeTensor& x = in[0];
-  const OpforgeTensor& w = in[1];
-  if (x.rank < 1) return fail(err, len, k::error_text(k::kRMSNormOp.name, "X", k::kRankAtLeast1, "rank 0"));
-  const int64_t cols = x.shape[x.rank - 1];
-  if (w.rank != 1 || w.shape[0] != cols)
-    return fail(err, len, k::error_text(k::kRMSNormOp.name, "W",
-                                        k::kRMSNormWeightExpected + std::to_string(cols) + k::kRMSNormWeightSuffix,
-                                        "shape " + shape_of(w)));
-  if (w.dtype != x.dtype)
-    return fail(err, len, std::string("opforge.RMSNorm: W: expected dtype ") + dtype_name(x.dtype) + " (same as X), got " + dtype_name(w.dtype));
-  same_as(x, out);
-  return OPFORGE_OK;
-}
-
-int32_t rms_compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTensor* out, uint32_t n_out, char* err, size_t len) {
-  OpforgeTensorDesc desc;
-  int32_t status = rms_shapes(inst, in, n_in, &desc, n_out, err, len);
+template <class Op>
+int32_t compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTensor* out, uint32_t n_out, char* err,
+                size_t len) {
+  OpforgeTensorDesc want;
+  const int32_t status = shapes<Op>(inst, in, n_in, &want, n_out, err, len);
   if (status != OPFORGE_OK) return status;
-  if (!output_matches("RMSNorm", in[0], out[0], err, len)) return OPFORGE_ERR_INVALID_ARGUMENT;
-  const float eps = static_cast<Params*>(inst)->value;
-  const int64_t cols = in[0].shape[in[0].rank - 1];
-  const int64_t rows = cols == 0 ? 0 : numel(in[0]) / cols;
-  if (rows == 0) return OPFORGE_OK;
+  if (!output_matches(Op::desc.name, in[0], want, out[0], err, len)) return OPFORGE_ERR_INVALID_ARGUMENT;
+  if (k::element_count(in[0].shape, in[0].rank) == 0) return OPFORGE_OK;
+  const float attr = static_cast<Params*>(inst)->value;
   switch (in[0].dtype) {
-    case OPFORGE_DTYPE_FLOAT32:
-      k::cpu::rms_norm_forward(static_cast<const float*>(in[0].data), static_cast<const float*>(in[1].data), static_cast<float*>(out[0].data), 0, rows, cols, eps);
-      break;
-    case OPFORGE_DTYPE_FLOAT64:
-      k::cpu::rms_norm_forward(static_cast<const double*>(in[0].data), static_cast<const double*>(in[1].data), static_cast<double*>(out[0].data), 0, rows, cols, eps);
-      break;
-    default:
-      k::cpu::rms_norm_forward(static_cast<const k::bfloat16*>(in[0].data), static_cast<const k::bfloat16*>(in[1].data), static_cast<k::bfloat16*>(out[0].data), 0, rows, cols, eps);
+    case OPFORGE_DTYPE_FLOAT32: run<Op, float>(in, n_in, out[0], attr); break;
+    case OPFORGE_DTYPE_FLOAT64: run<Op, double>(in, n_in, out[0], attr); break;
+    default: run<Op, k::bfloat16>(in, n_in, out[0], attr);
   }
   return OPFORGE_OK;
 }
 
-// X [..., 2d] -> Y [..., d]
-int32_t swiglu_shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char* err, size_t len) {
-  const OpforgeTensor& x = in[0];
-  const int64_t last = x.rank >= 1 ? x.shape[x.rank - 1] : 0;
-  if (x.rank < 1 || last < 2 || last % 2 != 0)
-    return fail(err, len, k::error_text(k::kSwiGLUOp.name, "X", k::kSwiGLUXExpected,
-                                        x.rank < 1 ? std::string("rank 0") : "shape " + shape_of(x)));
-  same_as(x, out);
-  out->shape[x.rank - 1] = last / 2;
-  return OPFORGE_OK;
-}
-
-int32_t swiglu_compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTensor* out, uint32_t n_out, char* err,
-                       size_t len) {
-  OpforgeTensorDesc desc;
-  int32_t status = swiglu_shapes(inst, in, n_in, &desc, n_out, err, len);
-  if (status != OPFORGE_OK) return status;
-  const OpforgeTensor& y = out[0];
-  const int64_t d = desc.shape[desc.rank - 1];
-  const int64_t rows = numel(in[0]) / (2 * d);
-  if (y.dtype != in[0].dtype || numel(y) != rows * d || (rows > 0 && !y.data)) {
-    OpforgeTensor want = in[0];
-    want.shape = desc.shape;
-    return fail(err, len, std::string("opforge.SwiGLU: Y: expected ") + dtype_name(in[0].dtype) + " output of shape " +
-                              shape_of(want) + ", got " + dtype_name(y.dtype) + " of shape " + shape_of(y));
-  }
-  if (rows == 0) return OPFORGE_OK;
-  const float beta = static_cast<Params*>(inst)->value;
-  switch (in[0].dtype) {
-    case OPFORGE_DTYPE_FLOAT32: k::cpu::swiglu_forward(static_cast<const float*>(in[0].data), static_cast<float*>(y.data), 0, rows, d, beta); break;
-    case OPFORGE_DTYPE_FLOAT64: k::cpu::swiglu_forward(static_cast<const double*>(in[0].data), static_cast<double*>(y.data), 0, rows, d, beta); break;
-    default: k::cpu::swiglu_forward(static_cast<const k::bfloat16*>(in[0].data), static_cast<k::bfloat16*>(y.data), 0, rows, d, beta);
-  }
-  return OPFORGE_OK;
-}
+template <class Op>
+const OpforgeAttrSchema kAttrs[] = {{Op::desc.attr->name, OPFORGE_ATTR_FLOAT, 0, Op::desc.attr->default_value, 0,
+                                     nullptr, Op::desc.attr->doc}};
 
 // Names, domain, version, inputs and docs from the generated descriptors (attrs.h).
-const OpforgeOpDef kOps[] = {
-    {k::kDomain, k::kSwishOp.name, k::kDomainVersion, 0, k::kSwishOp.doc, 1, kSwishIn, 1, kOut, 1, kSwishAttrs,
-     create_swish, destroy, swish_shapes, swish_compute},
-    {k::kDomain, k::kRMSNormOp.name, k::kDomainVersion, 0, k::kRMSNormOp.doc, 2, kRmsIn, 1, kOut, 1, kRmsAttrs,
-     create_rms, destroy, rms_shapes, rms_compute},
-    {k::kDomain, k::kSwiGLUOp.name, k::kDomainVersion, 0, k::kSwiGLUOp.doc, 1, kSwishIn, 1, kOut, 1, kSwiGLUAttrs,
-     create_swiglu, destroy, swiglu_shapes, swiglu_compute},
-};
+template <class Op>
+constexpr OpforgeOpDef op_def() {
+  return {k::kDomain, Op::desc.name, k::kDomainVersion, 0, Op::desc.doc, static_cast<uint32_t>(Op::desc.nb_inputs),
+          kInputs, 1, kOut, 1, kAttrs<Op>, create<Op>, destroy, shapes<Op>, compute<Op>};
+}
+
+// Every op of this plugin: one row per op.
+const OpforgeOpDef kOps[] = {op_def<k::cpu::SwishKernel>(), op_def<k::cpu::RMSNormKernel>(),
+                             op_def<k::cpu::SwiGLUKernel>()};
 
 const OpforgePlugin kPlugin = {OPFORGE_PLUGIN_API_VERSION, sizeof(OpforgePlugin), "opforge_nn", OPFORGE_PLUGIN_VERSION,
                                sizeof kOps / sizeof kOps[0], kOps, nullptr, nullptr};

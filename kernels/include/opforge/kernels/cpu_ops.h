@@ -1,0 +1,62 @@
+// Each op's CPU kernels (cpu.h) behind one calling convention, so a layer's glue is written once
+// for every op: X is a RowView (shapes.h) and a call covers rows [r0, r1). An op added to the spec
+// gets one binding here; the layers list it in their op table.
+#pragma once
+
+#include "opforge/kernels/cpu.h"
+#include "opforge/kernels/shapes.h"
+
+namespace opforge::kernels::cpu {
+
+template <class T>
+struct Forward {
+  const T* x;
+  const T* w;  // the per-column weight, or nullptr
+  T* y;
+  int64_t cols;
+  float attr;
+};
+
+template <class T>
+struct Backward {  // dX of an op whose only tensor input is X
+  const T* dy;
+  const T* x;
+  T* dx;
+  int64_t cols;
+  float attr;
+};
+
+struct SwishKernel {
+  static constexpr const OpDesc& desc = kSwishOp;
+  template <class T>
+  static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
+    swish_forward<T>(a.x + r0, a.y + r0, r1 - r0, a.attr);
+  }
+  template <class T>
+  static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
+    swish_backward<T>(a.dy + r0, a.x + r0, a.dx + r0, r1 - r0, a.attr);
+  }
+};
+
+struct RMSNormKernel {
+  static constexpr const OpDesc& desc = kRMSNormOp;
+  template <class T>
+  static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
+    rms_norm_forward<T>(a.x, a.w, a.y, r0, r1, a.cols, a.attr);
+  }
+  // backward: dW is a reduction over rows; the layers schedule it themselves (rms_norm_backward).
+};
+
+struct SwiGLUKernel {
+  static constexpr const OpDesc& desc = kSwiGLUOp;
+  template <class T>
+  static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
+    swiglu_forward<T>(a.x, a.y, r0, r1, a.cols / 2, a.attr);
+  }
+  template <class T>
+  static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
+    swiglu_backward<T>(a.dy, a.x, a.dx, r0, r1, a.cols / 2, a.attr);
+  }
+};
+
+}  // namespace opforge::kernels::cpu

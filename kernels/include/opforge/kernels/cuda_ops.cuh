@@ -1,0 +1,62 @@
+// Each op's CUDA launchers (cuda.cuh) behind one calling convention, the twin of cpu_ops.h: X is
+// [rows, cols] (an elementwise op's row is one element) and one launch covers it all.
+#pragma once
+
+#include "opforge/kernels/attrs.h"
+#include "opforge/kernels/cuda.cuh"
+
+namespace opforge::kernels::cuda {
+
+template <class T>
+struct Forward {
+  const T* x;
+  const T* w;  // the per-column weight, or nullptr
+  T* y;
+  int64_t rows;
+  int64_t cols;
+  float attr;
+};
+
+template <class T>
+struct Backward {  // dX of an op whose only tensor input is X
+  const T* dy;
+  const T* x;
+  T* dx;
+  int64_t rows;
+  int64_t cols;
+  float attr;
+};
+
+struct SwishKernel {
+  static constexpr const OpDesc& desc = kSwishOp;
+  template <class T>
+  static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
+    return swish_forward<T>(a.x, a.y, a.rows * a.cols, a.attr, s);
+  }
+  template <class T>
+  static cudaError_t backward(const Backward<T>& a, cudaStream_t s) {
+    return swish_backward<T>(a.dy, a.x, a.dx, a.rows * a.cols, a.attr, s);
+  }
+};
+
+struct RMSNormKernel {
+  static constexpr const OpDesc& desc = kRMSNormOp;
+  template <class T>
+  static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
+    return rms_norm_forward<T>(a.x, a.w, a.y, a.rows, a.cols, a.attr, s);
+  }
+};
+
+struct SwiGLUKernel {
+  static constexpr const OpDesc& desc = kSwiGLUOp;
+  template <class T>
+  static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
+    return swiglu_forward<T>(a.x, a.y, a.rows, a.cols / 2, a.attr, s);
+  }
+  template <class T>
+  static cudaError_t backward(const Backward<T>& a, cudaStream_t s) {
+    return swiglu_backward<T>(a.dy, a.x, a.dx, a.rows, a.cols / 2, a.attr, s);
+  }
+};
+
+}  // namespace opforge::kernels::cuda

@@ -1,0 +1,70 @@
+// The shape rules of the op descriptors (attrs.h), shared by every C++ layer: X's rule with its
+// canonical error text, W's rule (a 1-D per-column weight), Y's shape and the rows view the
+// kernels take. Host-only. The Python twin is OpSpec.x_error / output_shape (opforge_spec).
+// A negative extent means "not known yet" (TensorRT at build time): rules on it are deferred.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "opforge/kernels/attrs.h"
+
+namespace opforge::kernels {
+
+// X as rows of `cols` elements; an elementwise op's row is one element.
+struct RowView {
+  int64_t rows;
+  int64_t cols;
+};
+
+inline int64_t element_count(const int64_t* shape, int32_t rank) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+inline RowView row_view(const OpDesc& op, const int64_t* shape, int32_t rank) {
+  const int64_t n = element_count(shape, rank);
+  if (op.layout == Layout::kElementwise) return {n, 1};
+  const int64_t cols = shape[rank - 1];
+  return {cols == 0 ? 0 : n / cols, cols};
+}
+
+inline std::string shape_text(const int64_t* shape, int32_t rank) {
+  std::string text = "[";
+  for (int32_t i = 0; i < rank; ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// Empty when X's shape is valid for `op`, else the canonical error text. `rank0` is how the
+// layer names a rank-0 X that a row op refuses.
+inline std::string x_shape_error(const OpDesc& op, const int64_t* shape, int32_t rank,
+                                 const char* rank0 = "rank 0") {
+  if (op.split > 1) {
+    const int64_t last = rank >= 1 ? shape[rank - 1] : 0;
+    if (rank >= 1 && (last < 0 || (last >= op.split && last % op.split == 0))) return {};
+    return error_text(op.name, "X", op.x_expected,
+                      rank == 0 ? std::string("rank 0") : "shape " + shape_text(shape, rank));
+  }
+  if (op.layout == Layout::kRows && rank < 1) return error_text(op.name, "X", kRankAtLeast1, rank0);
+  return {};
+}
+
+// Empty when W fits X (checked X first), else the canonical error text.
+inline std::string w_shape_error(const OpDesc& op, const int64_t* x_shape, int32_t x_rank,
+                                 const int64_t* w_shape, int32_t w_rank) {
+  const int64_t cols = x_shape[x_rank - 1];
+  const bool length_known = cols >= 0 && w_rank == 1 && w_shape[0] >= 0;
+  if (w_rank == 1 && (!length_known || w_shape[0] == cols)) return {};
+  const std::string expected = cols >= 0 ? kWeightExpected + std::to_string(cols) + kWeightSuffix
+                                         : std::string("1-D tensor (length = last dim of X)");
+  return error_text(op.name, "W", expected, "shape " + shape_text(w_shape, w_rank));
+}
+
+// Y's shape from X's (same rank); unknown extents stay unknown.
+inline void output_shape(const OpDesc& op, const int64_t* x_shape, int32_t rank, int64_t* y_shape) {
+  for (int32_t i = 0; i < rank; ++i) y_shape[i] = x_shape[i];
+  if (op.split > 1 && rank >= 1 && y_shape[rank - 1] > 0) y_shape[rank - 1] /= op.split;
+}
+
+}  // namespace opforge::kernels
