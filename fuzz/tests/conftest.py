@@ -1,6 +1,12 @@
-"""The fuzz engine's tests import `fuzz` from the repository root."""
+"""The fuzz engine's tests import `fuzz` from the repository root. They build into build/fuzz,
+a folder that pytest-xdist workers (and other runs) share: each build there holds a file lock."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import pickle
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,9 +21,50 @@ from support import PLANTED  # noqa: E402
 from fuzz import runner  # noqa: E402
 
 
+@contextlib.contextmanager
+def locked(path: Path):
+    """Holds an exclusive lock on `path` (created if needed) until the block ends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 @pytest.fixture(scope="session")
-def planted():
+def engine_object():
+    """The engine's object (build/fuzz/engine), built under a lock before the tests that link it:
+    afterwards each build, in this process or a child, only reads it."""
+    with locked(runner.BUILD / "engine.lock"):
+        return runner.engine_object()
+
+
+@pytest.fixture(scope="session")
+def planted(engine_object):
     """planted(name) -> the fuzzer built from planted/<name>.cpp (kept in build/fuzz/selftest)."""
     def build(name: str) -> Path:
-        return runner.build_fuzzer(runner.BUILD / "selftest" / name, [PLANTED / f"{name}.cpp"])
+        out = runner.BUILD / "selftest" / name
+        with locked(out.with_name(f"{name}.lock")):
+            return runner.build_fuzzer(out, [PLANTED / f"{name}.cpp"])
     return build
+
+
+@pytest.fixture(scope="session")
+def run_once(tmp_path_factory):
+    """run_once(name, make) -> make(folder)'s result, made once per test run. Under pytest-xdist
+    the first worker that asks makes it in a folder every worker of the run shares (pytest's base
+    temp, one level above the worker's own); the others wait on a lock, then reuse the result."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+    def once(name: str, make):
+        with locked(root / f"{name}.lock"):
+            made = root / f"{name}.pickle"
+            if made.is_file():
+                return pickle.loads(made.read_bytes())
+            folder = root / name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            result = make(folder)
+            made.write_bytes(pickle.dumps(result))
+            return result
+    return once

@@ -15,6 +15,9 @@ from support import PLANTED, run, tail
 
 from fuzz import runner
 
+# The runs below link the shared engine object: built once, under a lock, before them.
+pytestmark = pytest.mark.usefixtures("engine_object")
+
 NO_EXTRA_INPUTS = "def compile_inputs(repo):\n    return {'sources': []}\n"
 
 

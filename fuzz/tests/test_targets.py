@@ -16,9 +16,11 @@ SEED_LIMIT = 4096
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, runner.Result]:
+def results(run_once, engine_object) -> dict[str, runner.Result]:
+    """Every target fuzzed once per test run, however many pytest-xdist workers ask: they share
+    build/fuzz/<target>."""
     seconds = int(os.environ.get("OPFORGE_FUZZ_SECONDS", "15"))
-    done = runner.run_all(TARGETS, seconds, jobs=2)  # two at once: CI has two cores
+    done = run_once("fuzz_targets", lambda _: runner.run_all(TARGETS, seconds, jobs=2))  # CI: 2 cores
     return {r.name: r for r in done}
 
 

@@ -1,6 +1,12 @@
-"""Shared fixtures: one export folder and one ONNX Runtime run per test session (exports are the
-slow part)."""
+"""Shared fixtures: one export folder and one ONNX Runtime run per test run (exports are the slow
+part), shared by every pytest-xdist worker of the run."""
 from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pickle
+import shutil
 
 import _package  # noqa: F401  (opforge_align: installed, else packages/align/src)
 import pytest
@@ -17,15 +23,87 @@ def pytest_configure(config):
     for line in ("ignore::RuntimeWarning:onnx", "ignore::DeprecationWarning",
                  "ignore::FutureWarning", "ignore::UserWarning:torch"):
         config.addinivalue_line("filterwarnings", line)
+    # Under pytest-xdist each worker gets its share of torch's threads: one per core in every
+    # worker oversubscribes the cores (packages/torch_ext/tests: twice as slow under -n 2).
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, torch.get_num_threads() // workers))
+
+
+BUSY = object()  # run_once(..., wait=False): another worker is making it right now
 
 
 @pytest.fixture(scope="session")
-def export_dir(tmp_path_factory):
-    from opforge_align.harness import export
+def run_once(tmp_path_factory):
+    """run_once(name, make, wait=True) -> make(folder)'s result, made once per test run. Under
+    pytest-xdist the first worker that asks makes it in a folder every worker of the run shares
+    (pytest's base temp, one level above the worker's own); the others wait on a lock, then reuse
+    the result, or get BUSY at once with wait=False."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
-    out = tmp_path_factory.mktemp("export")
-    export.export_all(out, opset=18)
+    def once(name: str, make, wait: bool = True):
+        with open(root / f"{name}.lock", "w") as lock:
+            try:  # the lock is released when the file closes
+                fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return BUSY
+            made = root / f"{name}.pickle"
+            if made.is_file():
+                return pickle.loads(made.read_bytes())
+            folder = root / name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            result = make(folder)
+            made.write_bytes(pickle.dumps(result))
+            return result
+    return once
+
+
+def _export_one_op(name: str):
+    def make(out):
+        import opforge_spec
+        from opforge_align.harness import export
+
+        export.export_all(out, opset=18, ops=[opforge_spec.OPS[name]])
+        return out
+    return make
+
+
+MANIFEST_LISTS = ("entries", "not_exported")  # what export_all appends to op by op
+
+
+def _merge_exports(parts: list, out):
+    """The export folders of single ops, in spec.OPS order, as one folder: what export_all of
+    every op writes (the same files, the manifest's lists concatenated in the same order)."""
+    manifests = [json.loads((part / "manifest.json").read_text()) for part in parts]
+    merged = {**manifests[0], **{key: [] for key in MANIFEST_LISTS}}
+    for part, manifest in zip(parts, manifests):
+        rest = {k: v for k, v in manifest.items() if k not in MANIFEST_LISTS}
+        assert rest == {k: v for k, v in merged.items() if k not in MANIFEST_LISTS}, (
+            f"{part / 'manifest.json'}: expected the same header as the other ops' exports "
+            f"({sorted(merged)}), got {rest}")
+        for key in MANIFEST_LISTS:
+            merged[key] += manifest[key]
+        shutil.copytree(part, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("manifest.json"))
+    (out / "manifest.json").write_text(json.dumps(merged, indent=1))
     return out
+
+
+@pytest.fixture(scope="session")
+def export_dir(run_once):
+    """Every op exported at opset 18, one op at a time so that pytest-xdist workers export different
+    ops at once: each worker first makes the ops nobody is making, then waits for the rest. Tests
+    only read the folder."""
+    import opforge_spec
+
+    parts = {}
+    for wait in (False, True):
+        for name in opforge_spec.OPS:
+            made = parts.get(name) or run_once(f"export-{name}", _export_one_op(name), wait=wait)
+            if made is not BUSY:
+                parts[name] = made
+    return run_once("export", lambda out: _merge_exports([parts[n] for n in opforge_spec.OPS], out))
 
 
 @pytest.fixture(scope="session")
@@ -39,10 +117,11 @@ def ort_library():
 
 
 @pytest.fixture(scope="session")
-def ort_run(export_dir, ort_library, tmp_path_factory):
+def ort_run(export_dir, ort_library, run_once):
     from opforge_align.harness import ort_check
 
-    out = tmp_path_factory.mktemp("ort")
-    results = ort_check.check_folder(export_dir, out, library=ort_library)
-    results.write(out, "ort_results", "layer 2")
-    return out, results
+    def check(out):
+        results = ort_check.check_folder(export_dir, out, library=ort_library)
+        results.write(out, "ort_results", "layer 2")
+        return out, results
+    return run_once("ort", check)

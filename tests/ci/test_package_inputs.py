@@ -5,6 +5,7 @@ with only the inputs its README documents."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -24,7 +25,8 @@ PACKAGES = REPO / "packages"
 ORT_INPUTS = PACKAGES / "ort_plugin" / "cmake" / "inputs.cmake"
 READS_CI = re.compile(r"^\s*(import ci\b|from ci\b)", re.MULTILINE)
 # Inputs a caller's environment may hold: each build below sees only the ones it names.
-BUILD_KNOBS = ("OPFORGE_", "PYTHONPATH", "CMAKE_ARGS", "SKBUILD_")
+BUILD_KNOBS = ("OPFORGE_", "PYTHONPATH", "CMAKE_ARGS", "SKBUILD_", "CUDA_HOME", "CUDA_PATH", "CUDACXX",
+               "TORCH_CUDA_ARCH_LIST", "PIP_CONSTRAINT", "PIP_BUILD_CONSTRAINT")
 needs_cmake = pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("c++"),
                                  reason="no cmake or C++ compiler on this machine")
 
@@ -197,26 +199,39 @@ def test_plugin_outside_the_repo_configures_with_the_documented_inputs(tmp_path,
 # ------------------------------------------------------------- sdist -> wheel outside the repo
 
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> None:
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"`{' '.join(command)}` failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
 def _sdist(package: Path, out: Path) -> Path:
+    """`python -m build --sdist`. torch_ext's setup.py imports torch even to list its sources, so
+    its sdist is made without isolation, in this environment (which has torch), as its README says."""
     pytest.importorskip("build", reason="`python -m build` is not installed here (pip install build)")
-    _run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(package)], cwd=out.parent,
-         env=_clean_env())
+    isolation = ["--no-isolation"] if package.name == "torch_ext" else []
+    _run([sys.executable, "-m", "build", "--sdist", *isolation, "--outdir", str(out), str(package)],
+         cwd=out.parent, env=_clean_env())
     (found,) = out.glob("*.tar.gz")
     return found
 
 
-def _wheel_from_sdist(sdist: Path, empty: Path, **inputs: str) -> list[str]:
-    """`pip wheel` of the sdist in an empty folder, seeing only `inputs`; the wheel's file list."""
+def _wheel_from_sdist(sdist: Path, empty: Path, **inputs: str) -> Path:
+    """`pip wheel` of the sdist (build isolation: build requirements from the index) in an empty
+    folder, seeing only `inputs`; the wheel."""
     empty.mkdir(parents=True)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-w",
           str(empty / "wheels"), str(sdist)], cwd=empty, env=_clean_env(**inputs))
     (wheel,) = (empty / "wheels").glob("*.whl")
+    return wheel
+
+
+def _members(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         return archive.namelist()
+
+
+def _member_json(wheel: Path, member: str) -> dict:
+    with zipfile.ZipFile(wheel) as archive:
+        return json.loads(archive.read(member))
 
 
 @pytest.fixture(scope="module")
@@ -231,15 +246,47 @@ def kernels_sdist_include(tmp_path_factory) -> str:
     return str(root / "include")
 
 
-# ~2 min together on 2 cores (pip fetches the build requirements from PyPI, then compiles): opt-in.
+def _this_torch_release() -> str:
+    torch = pytest.importorskip("torch", reason="torch_ext's sdist is made with this venv's torch")
+    return torch.__version__.split("+")[0]
+
+
+def _build_torch_constraint(folder: Path) -> str:
+    """A pip constraints file pinning the build environment's torch to this venv's release: the
+    documented way to choose the torch that `torch>=2.10` (a build requirement) resolves to."""
+    folder.mkdir(parents=True, exist_ok=True)
+    constraint = folder / "build-constraints.txt"
+    constraint.write_text(f"torch=={_this_torch_release()}\n")
+    return str(constraint)
+
+
+# Minutes on 2 cores (pip fetches the build requirements, torch included, then compiles): opt-in.
 slow = pytest.mark.skipif(os.environ.get("OPFORGE_SLOW_TESTS") != "1",
-                          reason="sdist -> wheel builds take ~2 min and need PyPI: set OPFORGE_SLOW_TESTS=1")
+                          reason="sdist -> wheel builds take minutes and need PyPI: set OPFORGE_SLOW_TESTS=1")
+# package: (a file its wheel must hold, the inputs its README documents for a build without the repo)
 SDIST_CASES = {
     "kernels": ("opforge_spec/include/opforge/kernels/math.h", set()),
     "packages/align": ("opforge_align/__init__.py", set()),
     "packages/loader": ("opforge_loader/plugins/libops_opforge_nn.so.1", {"kernels"}),
     "packages/ort_plugin": ("opforge_ort/libopforge_ort.so.1", {"kernels", "ort"}),
+    "packages/torch_ext": ("opforge_torch/libopforge_torch.so.1", {"kernels", "torch"}),
+    "packages/trt_plugin": ("opforge_trt/libopforge_trt.so.1", {"kernels", "cuda", "trt"}),
 }
+
+
+def _documented_inputs(needs: set[str], request, tmp_path: Path) -> dict[str, str]:
+    inputs = {"CMAKE_BUILD_PARALLEL_LEVEL": "2", "MAX_JOBS": "2"}
+    if "kernels" in needs:
+        inputs["OPFORGE_KERNELS_INCLUDE_DIR"] = request.getfixturevalue("kernels_sdist_include")
+    if "ort" in needs:
+        inputs["OPFORGE_ORT_INCLUDE_DIR"] = request.getfixturevalue("ort_include")
+    if "torch" in needs:  # CPU-only: no OPFORGE_CUDA_HOME
+        inputs["PIP_BUILD_CONSTRAINT"] = _build_torch_constraint(tmp_path / "constraints")
+    if "cuda" in needs:
+        inputs.update(OPFORGE_CUDA_HOME=_cuda_home(), OPFORGE_CUDA_ARCHS="8.0")
+    if "trt" in needs:  # no OPFORGE_TRT_INCLUDE_DIR: the build fetches its pinned headers
+        inputs["OPFORGE_CACHE"] = str(tmp_path / "opforge-cache")
+    return inputs
 
 
 @slow
@@ -247,11 +294,57 @@ SDIST_CASES = {
 @pytest.mark.parametrize("package", list(SDIST_CASES))
 def test_sdist_builds_a_wheel_outside_the_repo(tmp_path, request, package):
     expected, needs = SDIST_CASES[package]
-    inputs = {"CMAKE_BUILD_PARALLEL_LEVEL": "2"}
-    if "kernels" in needs:
-        inputs["OPFORGE_KERNELS_INCLUDE_DIR"] = request.getfixturevalue("kernels_sdist_include")
-    if "ort" in needs:
-        inputs["OPFORGE_ORT_INCLUDE_DIR"] = request.getfixturevalue("ort_include")
+    inputs = _documented_inputs(needs, request, tmp_path)
     sdist = _sdist(REPO / package, tmp_path / "dist")
-    files = _wheel_from_sdist(sdist, tmp_path / "empty", **inputs)
+    wheel = _wheel_from_sdist(sdist, tmp_path / "empty", **inputs)
+    files = _members(wheel)
     assert expected in files, f"{package}: the wheel built from {sdist.name} lacks {expected}: {files}"
+    if package == "packages/torch_ext":
+        info = _member_json(wheel, "opforge_torch/_build_info.json")
+        assert info["cuda"] is None and info["torch_built_against"].startswith(_this_torch_release()), (
+            f"{wheel.name}: expected a CPU-only build against torch {_this_torch_release()} (the "
+            f"constraint), got {info}")
+    if package == "packages/trt_plugin":
+        info = _member_json(wheel, "opforge_trt/build_info.json")
+        pin = "".join(_trt_headers_module().PIN)
+        assert (info["cuda_architectures"], info["tensorrt_headers_source"]) == (["80-real"], pin), info
+
+
+def _toolkit_cuda_release(home: str) -> str:
+    shown = subprocess.run([f"{home}/bin/nvcc", "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"release (\d+\.\d+)", shown)
+    assert found, f"{home}/bin/nvcc --version: expected `release <major>.<minor>`, got {shown!r}"
+    return found.group(1)
+
+
+def _cuda_torch_constraint(folder: Path, cuda: str) -> str:
+    """Build constraints pinning the torch that matrix.yaml lists for this CUDA release: torch's
+    pip CUDA headers come before the toolkit's, and nvcc refuses headers of a newer minor
+    (`CUDA compiler and CUDA toolkit headers are incompatible`, seen with torch cu132 and nvcc 13.0)."""
+    pins = next((entry["packages"] for entry in mx.load().axes["torch"].values()
+                 if entry["cuda"] == cuda), None)
+    if not pins:
+        pytest.skip(f"matrix.yaml lists no torch built with CUDA {cuda}, the toolkit's release")
+    folder.mkdir(parents=True, exist_ok=True)
+    constraint = folder / "build-constraints.txt"
+    constraint.write_text("\n".join(pins) + "\n")
+    return str(constraint)
+
+
+@slow
+def test_torch_ext_sdist_builds_cuda_kernels_with_a_torch_of_the_toolkits_cuda(tmp_path, request):
+    """The CUDA variant: OPFORGE_CUDA_HOME and OPFORGE_CUDA_ARCHS, and in the isolated build
+    environment the build requirement `torch>=2.10` pinned to a torch of the toolkit's CUDA release."""
+    home = _cuda_home()
+    inputs = {"MAX_JOBS": "2", "OPFORGE_CUDA_HOME": home, "OPFORGE_CUDA_ARCHS": "8.0",
+              "OPFORGE_KERNELS_INCLUDE_DIR": request.getfixturevalue("kernels_sdist_include"),
+              "PIP_BUILD_CONSTRAINT": _cuda_torch_constraint(tmp_path / "constraints",
+                                                             _toolkit_cuda_release(home))}
+    sdist = _sdist(PACKAGES / "torch_ext", tmp_path / "dist")
+    wheel = _wheel_from_sdist(sdist, tmp_path / "empty", **inputs)
+    info = _member_json(wheel, "opforge_torch/_build_info.json")
+    assert info["cuda"] and info["archs"] == ["8.0"], f"{wheel.name}: expected a CUDA build for 8.0, got {info}"
+    with zipfile.ZipFile(wheel) as archive:
+        library = Path(archive.extract("opforge_torch/libopforge_torch.so.1", tmp_path / "unpacked"))
+    sections = subprocess.run(["readelf", "-S", "-W", str(library)], capture_output=True, text=True).stdout
+    assert ".nv_fatbin" in sections, f"{library.name} from {wheel.name}: no .nv_fatbin section (no CUDA code)"

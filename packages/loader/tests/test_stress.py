@@ -26,21 +26,31 @@ def json_include() -> str:
 
 
 def compile_stress(out: Path, sanitizer: str, json_include: str) -> Path:
+    """The stress host under one sanitizer: each source compiled on its own, two at a time (the
+    machine has 2 cores), then linked."""
+    flags = ["-std=c++17", "-O1", "-g", f"-fsanitize={sanitizer}", "-fno-omit-frame-pointer"]
+    includes = [f"-I{PKG / 'include'}", f"-I{PKG / 'csrc' / 'host'}", f"-I{json_include}",
+                '-DOPFORGE_LOADER_VERSION="0.1.0"']
+
+    def compile_one(source: str) -> str:
+        obj = out / f"{Path(source).stem}.o"
+        subprocess.run(["g++", *flags, *includes, "-c", source, "-o", str(obj)], check=True)
+        return str(obj)
+
+    with ThreadPoolExecutor(2) as pool:
+        objects = list(pool.map(compile_one, [*HOST_SOURCES, str(PKG / "tests" / "stress" / "stress.cpp")]))
     exe = out / f"stress_{sanitizer}"
-    cmd = ["g++", "-std=c++17", "-O1", "-g", f"-fsanitize={sanitizer}", "-fno-omit-frame-pointer",
-           f"-I{PKG / 'include'}", f"-I{PKG / 'csrc' / 'host'}", f"-I{json_include}",
-           '-DOPFORGE_LOADER_VERSION="0.1.0"',
-           *HOST_SOURCES, str(PKG / "tests" / "stress" / "stress.cpp"), "-ldl", "-lpthread", "-o", str(exe)]
-    subprocess.run(cmd, check=True)
+    subprocess.run(["g++", *flags, *objects, "-ldl", "-lpthread", "-o", str(exe)], check=True)
     return exe
 
 
 @pytest.fixture(scope="module")
-def binaries(tmp_path_factory):
-    out, include = tmp_path_factory.mktemp("stress"), json_include()
-    with ThreadPoolExecutor(2) as pool:  # two sanitizer builds in parallel: the machine has 2 cores
-        futures = {s: pool.submit(compile_stress, out, s, include) for s in ("thread", "address")}
-        return {s: f.result() for s, f in futures.items()}
+def stress_host(run_once):
+    """stress_host(sanitizer) -> the host built under that sanitizer, built on first use and once
+    per test run: pytest-xdist workers share it, and each builds only what its tests need."""
+    include = json_include()
+    return lambda sanitizer: run_once(f"stress_{sanitizer}",
+                                      lambda out: compile_stress(out, sanitizer, include))
 
 
 def build_versions(plugin_dir: Path, origin: bool) -> tuple[Path, Path]:
@@ -55,11 +65,12 @@ def build_versions(plugin_dir: Path, origin: bool) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("origin", [False, True], ids=["plain", "origin_dependency"])
 @pytest.mark.parametrize("sanitizer", ["thread", "address"])
-def test_stress_reload_unload_under_sanitizer(binaries, plugin_dir, sanitizer, origin):
+def test_stress_reload_unload_under_sanitizer(stress_host, plugin_dir, sanitizer, origin):
+    host = stress_host(sanitizer)
     v1, v2 = build_versions(plugin_dir, origin)
     env = dict(os.environ, TSAN_OPTIONS=f"halt_on_error=1 second_deadlock_stack=1 suppressions={TSAN_SUPPRESSIONS}",
                ASAN_OPTIONS="detect_leaks=1:halt_on_error=1", OPFORGE_LOADER_LOG="0")
-    proc = subprocess.run([str(binaries[sanitizer]), str(v1), str(v2), str(CYCLES), str(THREADS)],
+    proc = subprocess.run([str(host), str(v1), str(v2), str(CYCLES), str(THREADS)],
                           capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "WARNING: ThreadSanitizer" not in proc.stderr and "ERROR: AddressSanitizer" not in proc.stderr

@@ -1,5 +1,7 @@
 """Shared helpers: numpy (opforge_spec) <-> torch, devices, dtypes."""
 
+import os
+
 import numpy as np
 import opforge_spec as spec
 import pytest
@@ -11,6 +13,15 @@ TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
                 "float16": torch.float16, "bfloat16": torch.bfloat16}
 CPU_DTYPES = ("float32", "float64", "bfloat16")
 CUDA_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker gets its share of torch's threads: torch's default, one per
+    core in every worker, oversubscribes the cores (measured: the suite under `-n 2` took twice as
+    long). test_numerics.py runs the threaded paths with 4 threads explicitly."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, torch.get_num_threads() // workers))
 
 
 def to_torch(array, dtype: str, device="cpu", non_contiguous=False) -> torch.Tensor:

@@ -90,3 +90,33 @@ def test_empty_gradients():
     torch.ops.opforge.rms_norm(x, w, 1e-6).sum().backward()
     assert x.grad.shape == (0, 8) and torch.equal(w.grad, torch.zeros(8))
     np.testing.assert_array_equal(to_numpy(torch.ops.opforge.swish(torch.zeros(0), 1.0)), [])
+
+
+def _every_cpu_op(x, w, g):
+    """Forward and backward of each op on inputs spanning several parallel_for grains."""
+    half = x[:, : x.shape[1] // 2]
+    return [torch.ops.opforge.swish(x, 1.3), torch.ops.opforge.swish_backward(g, x, 1.3),
+            torch.ops.opforge.rms_norm(x, w, 1e-5),
+            *torch.ops.opforge.rms_norm_backward(g, x, w, 1e-5),
+            torch.ops.opforge.swiglu(x, 0.9), torch.ops.opforge.swiglu_backward(g[:, : half.shape[1]], x, 0.9)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_results_do_not_depend_on_the_thread_count(dtype):
+    """The threaded paths (parallel_for chunks, dW partial sums per row block) run with 4 threads
+    and equal the single-threaded results bit for bit, whatever thread count the run gives each
+    test process (a pytest-xdist worker gets one per core it owns)."""
+    torch.manual_seed(0)
+    x = torch.randn(512, 1024, dtype=dtype)  # 16 grains of 32K elements
+    w = (torch.rand(1024) + 0.5).to(dtype)
+    g = torch.randn_like(x)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        single = _every_cpu_op(x, w, g)
+        torch.set_num_threads(4)
+        threaded = _every_cpu_op(x, w, g)
+    finally:
+        torch.set_num_threads(before)
+    for i, (a, b) in enumerate(zip(single, threaded)):
+        assert torch.equal(a, b), f"output {i}: 1 vs 4 threads differ by {(a - b).abs().max()}"

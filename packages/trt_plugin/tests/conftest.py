@@ -1,5 +1,7 @@
+import fcntl
 import importlib.util
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -35,11 +37,29 @@ def cuda_home() -> Path | None:
 
 
 @pytest.fixture(scope="session")
-def trt_include_dir() -> Path:
-    """TensorRT headers: OPFORGE_TRT_INCLUDE_DIR, else the pinned wheel (cached by the build)."""
-    env = os.environ.get("OPFORGE_TRT_INCLUDE_DIR")
-    if env:
-        return Path(env)
+def run_once(tmp_path_factory):
+    """run_once(name, make) -> make(folder)'s result, made once per test run. Under pytest-xdist
+    the first worker that asks makes it in a folder every worker of the run shares (pytest's base
+    temp, one level above the worker's own); the others wait on a lock, then reuse the result."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+    def once(name: str, make):
+        with open(root / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            made = root / f"{name}.pickle"
+            if made.is_file():
+                return pickle.loads(made.read_bytes())
+            folder = root / name
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            result = make(folder)
+            made.write_bytes(pickle.dumps(result))
+            return result
+    return once
+
+
+def _fetch_trt_headers(_folder: Path) -> Path:
     done = subprocess.run([sys.executable, str(PACKAGE / "cmake" / "trt_headers.py")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -47,15 +67,29 @@ def trt_include_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def host(tmp_path_factory, trt_include_dir) -> Path:
-    """The C++ test host (tests/trt_host.cc), compiled once against the library's headers."""
+def trt_include_dir(run_once) -> Path:
+    """TensorRT headers: OPFORGE_TRT_INCLUDE_DIR, else the pinned wheel (cached by the build;
+    fetched by one worker at a time)."""
+    env = os.environ.get("OPFORGE_TRT_INCLUDE_DIR")
+    if env:
+        return Path(env)
+    return run_once("trt_headers", _fetch_trt_headers)
+
+
+@pytest.fixture(scope="session")
+def host(run_once, trt_include_dir) -> Path:
+    """The C++ test host (tests/trt_host.cc), compiled once per test run against the library's
+    headers."""
     cxx = shutil.which("g++") or shutil.which("c++")
     home = cuda_home()
     if cxx is None or home is None:
         pytest.skip("no C++ compiler or CUDA toolkit headers to build the test host")
     lib = next((d for d in (home / "lib64", home / "lib") if (d / "libcudart.so").exists()), home / "lib64")
-    out = tmp_path_factory.mktemp("host") / "trt_host"
-    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-isystem", str(trt_include_dir), "-isystem",
-                    str(home / "include"), str(PACKAGE / "tests" / "trt_host.cc"), "-o", str(out), "-ldl",
-                    f"-L{lib}", "-lcudart", f"-Wl,-rpath,{lib}"], check=True)
-    return out
+
+    def compile_host(folder: Path) -> Path:
+        out = folder / "trt_host"
+        subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-isystem", str(trt_include_dir), "-isystem",
+                        str(home / "include"), str(PACKAGE / "tests" / "trt_host.cc"), "-o", str(out), "-ldl",
+                        f"-L{lib}", "-lcudart", f"-Wl,-rpath,{lib}"], check=True)
+        return out
+    return run_once("trt_host", compile_host)
