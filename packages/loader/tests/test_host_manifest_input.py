@@ -97,6 +97,20 @@ def test_long_string_field_is_refused_not_a_crash(dirs, field):
     assert len(line) < 1000, "the message must show the start of the value, not all of it"
 
 
+@pytest.mark.parametrize("sdk", [{"min": "", "max": None}, {"min": "1.0", "max": ""}], ids=["empty-min", "empty-max"])
+def test_empty_sdk_version_is_refused(dirs, sdk):
+    """Found by the manifest fuzz target: "" passed as sdk.min (and "" as a max that is not null)."""
+    lib = build_c_plugin(dirs["bad"], "libops_test_empty.so.1", name="empty", op="Empty")
+    manifest = Path(str(lib) + ".manifest.json")
+    data = json.loads(manifest.read_text())
+    data["sdk"] = sdk
+    manifest.write_text(json.dumps(data))
+    result = load_dir_in_child(dirs["good"], dirs["bad"])
+    assert (result["loaded"], result["refused"], result["unchanged"], result["added"]) == (1, 1, True, ["other"]), result
+    (line,) = result["refusals"]
+    assert r'malformed manifest: \"sdk\": expected dotted version numbers' in line, line
+
+
 # --- item 2: FIFOs, devices and endless files named *.manifest.json ---------------------------
 
 def replace_manifest(directory: Path, file_name: str, make) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,8 +49,9 @@ def fetch(name: str = PIN[0], version: str = PIN[1]) -> Path:
         if digest != WHEEL_SHA256:
             raise SystemExit(f"opforge_trt: {wheel.name}: expected sha256 {WHEEL_SHA256} (the pinned "
                              f"wheel), got {digest}; set OPFORGE_TRT_INCLUDE_DIR to trusted headers")
-        partial = target.with_name(target.name + ".partial")
-        partial.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # a folder of this fetch's own: concurrent builds never write into each other's
+        partial = Path(tempfile.mkdtemp(prefix=target.name + ".partial-", dir=target.parent))
         with zipfile.ZipFile(wheel) as archive:
             for member in archive.namelist():
                 if member.startswith(MEMBER_PREFIX) and not member.endswith("/"):
@@ -59,6 +61,7 @@ def fetch(name: str = PIN[0], version: str = PIN[1]) -> Path:
         try:
             partial.rename(target)  # complete or absent: a killed build leaves no half folder behind
         except OSError:  # a concurrent build got there first
+            shutil.rmtree(partial, ignore_errors=True)
             if not (target / "NvInferRuntime.h").is_file():
                 raise
     return target

@@ -119,8 +119,10 @@ bool read_sdk(const Json& root, Manifest& m, std::string& reason) {
     reason = std::string("malformed manifest: \"sdk.max\": expected string or null, got ") + max->type_name();
     return false;
   }
+  // min is required; max is a version too when it is a string ("" is not "no bound": null is).
+  const bool max_given = max && max->type == Json::Type::String;
   for (const std::string* v : {&m.sdk_min, &m.sdk_max}) {
-    if (!v->empty() && !is_sdk_version(*v)) {
+    if ((v == &m.sdk_min || max_given) && !is_sdk_version(*v)) {
       reason = "malformed manifest: \"sdk\": expected dotted version numbers (at most " + std::to_string(kMaxVersion) +
                " characters), got " + shown(*v);
       return false;
