@@ -216,7 +216,7 @@ def load(path: Path = MATRIX) -> Matrix:
         return from_bytes(_read_bounded(path), path)
     except MatrixError as exc:
         if path.name != "matrix.yaml":
-            raise MatrixError("", str(exc).removeprefix("matrix.yaml: "), path.name) from None
+            raise MatrixError(exc.where, exc.problem, path.name) from None
         raise
 
 

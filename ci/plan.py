@@ -79,7 +79,7 @@ def parse_only(items: Iterable[str], matrix: mx.Matrix) -> Only:
     try:
         axes = mx.parse_filters(axis_items, matrix)
     except mx.MatrixError as exc:
-        raise mx.MatrixError("--only", str(exc).split(": ", 2)[-1].replace(
+        raise mx.MatrixError("--only", exc.problem.replace(
             "with AXIS one of", "with AXIS stage, package or one of")) from None
     return Only(axes, frozenset(stages), frozenset(packages))
 

@@ -66,6 +66,7 @@ class MatrixError(ValueError):
 
     def __init__(self, where: str, problem: str, file: str = "matrix.yaml"):
         where, problem = _one_line(where, MAX_SHOWN), _one_line(problem, 3 * MAX_SHOWN)
+        self.where, self.problem = where, problem
         super().__init__(f"{file}: {where}: {problem}" if where else f"{file}: {problem}")
 
 
@@ -600,8 +601,10 @@ def _where(loc: list, data: Any) -> str:
 
 def _problem(error: Mapping, loc: list) -> str:
     kind = error["type"]
-    if kind in ("matrix", "value_error"):
-        return error["msg"].removeprefix("Value error, ")
+    if kind == "value_error":   # our validators' own ValueError, as raised
+        return str(error["ctx"]["error"])
+    if kind == "matrix":
+        return error["msg"]
     fields, field, target = _declared_at(loc)
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         return f"{fields.unknown} (known: {', '.join(_keys(fields))})"
