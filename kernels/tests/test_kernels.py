@@ -198,12 +198,13 @@ def find_tool(name):
     return None
 
 
-def test_cuda_kernels_compile_to_sass(tmp_path):
+def test_cuda_kernels_compile_to_sass_and_ptx(tmp_path):
     nvcc = find_tool("nvcc")
     if nvcc is None:
         pytest.skip("no nvcc on this machine: CUDA kernels not compiled")
     src = tmp_path / "inst.cu"
     src.write_text(
+        '#include "opforge/kernels/cuda_arch_guard.h"\n'
         '#include "opforge/kernels/cuda.cuh"\n'
         "namespace c = opforge::kernels::cuda;\n"
         "template <class T> cudaError_t all(T* a, T* b, T* o, float* dw, cudaStream_t s) {\n"
@@ -218,7 +219,8 @@ def test_cuda_kernels_compile_to_sass(tmp_path):
     obj = tmp_path / "inst.o"
     subprocess.run([nvcc, "-std=c++17", "-O2", f"-I{spec.include_dir()}",
                     "-gencode", "arch=compute_80,code=sm_80",
-                    "-gencode", "arch=compute_90,code=sm_90",
+                    "-gencode", "arch=compute_90,code=[sm_90,compute_90]",  # + PTX, as the libraries ship
+                    "-DOPFORGE_CUDA_SASS_ARCHS=80_90", "-DOPFORGE_CUDA_PTX_ARCHS=90",
                     "-Xcompiler", "-Wall,-Werror", "-c", str(src), "-o", str(obj)], check=True)
     cuobjdump = find_tool("cuobjdump")
     if cuobjdump is None:
@@ -226,6 +228,8 @@ def test_cuda_kernels_compile_to_sass(tmp_path):
     listing = subprocess.run([cuobjdump, "--list-elf", str(obj)], capture_output=True, text=True,
                              check=True).stdout
     assert "sm_80" in listing and "sm_90" in listing, listing
+    ptx = subprocess.run([cuobjdump, "--list-ptx", str(obj)], capture_output=True, text=True, check=True).stdout
+    assert ".sm_90.ptx" in ptx and ".sm_80.ptx" not in ptx, ptx
 
 
 ATTR_VALUES = [1.0, 0.0, -0.0, -0.75, 1e-6, 1e-50, 1e38, 3.4028234663852886e38,

@@ -2,7 +2,8 @@
 
 Knobs (environment):
   OPFORGE_CUDA_HOME     toolkit root (bin/nvcc); unset or empty -> CPU-only build
-  OPFORGE_CUDA_ARCHS    TORCH_CUDA_ARCH_LIST syntax, e.g. "8.0;9.0" (default "8.0;9.0")
+  OPFORGE_CUDA_ARCHS    TORCH_CUDA_ARCH_LIST syntax, e.g. "8.0;9.0" (default "8.0;9.0"): SASS for
+                        each, PTX for the highest (or for the entries marked "+PTX", if any)
   OPFORGE_KERNELS_INCLUDE_DIR  kernels/include of the shared math (default: the checkout's, then
                         the installed opforge_spec's)
   MAX_JOBS              parallel compile jobs (default 2)
@@ -10,6 +11,7 @@ Knobs (environment):
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -26,13 +28,57 @@ def log(msg):
     print(f"[opforge-torch] {msg}", file=sys.stderr, flush=True)
 
 
+def arch_entries(arch_list):
+    """"8.0;9.0+PTX" -> [("8.0", False), ("9.0", True)]; exits naming a malformed entry."""
+    entries = []
+    for entry in arch_list.replace(",", ";").replace(" ", ";").split(";"):
+        if not entry:
+            continue
+        match = re.fullmatch(r"(\d+)\.(\d+)([af]?)(\+PTX)?", entry)
+        if not match:
+            sys.exit(f"opforge-torch: OPFORGE_CUDA_ARCHS: expected entries like 8.0, 9.0a or 9.0+PTX, got '{entry}'")
+        entries.append((match[1] + "." + match[2] + match[3], bool(match[4])))
+    if not entries:
+        sys.exit(f"opforge-torch: OPFORGE_CUDA_ARCHS='{arch_list}' lists no arch")
+    return entries
+
+
+def arch_number(arch):
+    """"9.0a" -> (9, 0): the order of archs, variants aside."""
+    return tuple(int(p) for p in arch.rstrip("af").split("."))
+
+
+def with_ptx(arch_list):
+    """The list with PTX for its highest arch (newer GPUs JIT it), unless it marks "+PTX" itself.
+
+    An arch-specific highest arch ("9.0a") gets portable PTX beside it ("9.0+PTX"): compute_90a
+    runs on 9.0 only. Returns (TORCH_CUDA_ARCH_LIST, SASS archs, PTX archs) as "80", "90a", ...
+    """
+    entries = arch_entries(arch_list)
+    if not any(ptx for _, ptx in entries):
+        highest = max((arch for arch, _ in entries), key=arch_number)
+        portable = highest.rstrip("af")
+        entries = [(arch, arch == highest == portable) for arch, _ in entries]
+        if portable != highest:
+            entries.append((portable, True))
+    torch_list = ";".join(arch + ("+PTX" if ptx else "") for arch, ptx in entries)
+    sass = list(dict.fromkeys(arch.replace(".", "") for arch, _ in entries))
+    return torch_list, sass, [arch.replace(".", "") for arch, ptx in entries if ptx]
+
+
+def requested_archs():
+    arch_list = os.environ.get("OPFORGE_CUDA_ARCHS") or DEFAULT_ARCHS
+    return [a for a in arch_list.replace(",", ";").replace(" ", ";").split(";") if a]
+
+
 def cuda_home():
     home = os.environ.get("OPFORGE_CUDA_HOME", "").strip()
     if home:
         # Before importing cpp_extension: it reads CUDA_HOME once, and its autodetection can pick
         # a wrapper directory instead of the toolkit.
         os.environ["CUDA_HOME"] = home
-        os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("OPFORGE_CUDA_ARCHS") or DEFAULT_ARCHS
+        arch_list, _, _ = with_ptx(os.environ.get("OPFORGE_CUDA_ARCHS") or DEFAULT_ARCHS)
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
     return home
 
 
@@ -94,13 +140,15 @@ def variant(cuda):
 
 def build_info(with_cuda):
     cuda = torch.version.cuda if with_cuda else None
-    archs = os.environ["TORCH_CUDA_ARCH_LIST"].replace(" ", ";").split(";") if with_cuda else []
+    _, sass, ptx = with_ptx(os.environ["TORCH_CUDA_ARCH_LIST"]) if with_cuda else ("", [], [])
     return {
         "abi": "stable",
         "torch_built_against": torch.__version__,
         "torch_min": f"{TORCH_MIN[0]}.{TORCH_MIN[1]}",
         "cuda": cuda,
-        "archs": [a for a in archs if a],
+        "archs": requested_archs() if with_cuda else [],
+        "sass": sass,
+        "ptx": ptx,
         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
         "variant": variant(cuda),
     }
@@ -124,6 +172,9 @@ def extension(with_cuda):
     kwargs = {}
     if with_cuda:
         sources.append("csrc/cuda_ops.cu")
+        _, sass, ptx = with_ptx(os.environ["TORCH_CUDA_ARCH_LIST"])
+        # The arch guard's inputs (kernels/ cuda_arch_guard.h): '_'-separated, nothing to quote.
+        nvcc += [f"-DOPFORGE_CUDA_SASS_ARCHS={'_'.join(sass)}", f"-DOPFORGE_CUDA_PTX_ARCHS={'_'.join(ptx)}"]
         kind = cpp_extension.CUDAExtension
         kwargs["include_dirs"] = [str(include)] + toolkit_include_dirs()
     else:
@@ -156,7 +207,8 @@ class BuildLibrary(cpp_extension.BuildExtension):
             out = Path(root) / "opforge_torch" / "_build_info.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(info, indent=2) + "\n")
-        what = f"CUDA {info['cuda']} for archs {';'.join(info['archs'])}" if WITH_CUDA else "CPU only (no CUDA)"
+        what = (f"CUDA {info['cuda']}: SASS {' '.join('sm_' + a for a in info['sass'])}, "
+                f"PTX {' '.join('compute_' + a for a in info['ptx'])}") if WITH_CUDA else "CPU only (no CUDA)"
         log(f"built {LIB_NAME}: {what}; variant {info['variant']}, torch {torch.__version__}")
 
 

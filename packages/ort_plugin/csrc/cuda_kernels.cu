@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <opforge/kernels/cuda_arch_guard.h>
 #include <opforge/kernels/cuda_ops.cuh>
 
 #include "cuda_kernels.h"
@@ -49,6 +50,11 @@ int forward(const opforge::kernels::OpDesc& op, int type, const void* x, const v
   for (const Entry& entry : kLaunchers)
     if (entry.op == &op) return entry.launch(type, x, w, y, rows, cols, attr, static_cast<cudaStream_t>(stream));
   return cudaErrorInvalidValue;
+}
+
+const char* arch_error() {
+  const std::string& error = opforge::kernels::cuda::current_device_arch_error("opforge_ort (libopforge_ort.so.1)");
+  return error.empty() ? nullptr : error.c_str();
 }
 
 const char* error_string(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }

@@ -12,5 +12,8 @@ namespace opforge_ort::cuda {
 int forward(const opforge::kernels::OpDesc& op, int type, const void* x, const void* w, void* y, int64_t rows,
             int64_t cols, float attr, void* stream);
 const char* error_string(int error);
+// nullptr when the current device can run this library's CUDA code (SASS or PTX, arch_guard.h);
+// else why not. Decided once per device.
+const char* arch_error();
 
 }  // namespace opforge_ort::cuda

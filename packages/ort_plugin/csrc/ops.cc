@@ -154,6 +154,15 @@ OrtStatus* cuda_status(const Kernel& k, int error) {
 OrtStatus* cuda_stream(const Kernel& k, OrtKernelContext* ctx, void** stream) {
   return k.api->KernelContext_GetGPUComputeStream(ctx, stream);
 }
+
+// Before the first launch on a device: a GPU this build has no code for is named, never left to
+// "no kernel image is available".
+OrtStatus* check_device_arch(const Kernel& k) {
+  const char* error = cuda::arch_error();
+  if (error == nullptr) return nullptr;
+  return k.api->CreateStatus(ORT_FAIL, (std::string("opforge.") + k.op_name() + ": " + error + " (node \"" +
+                                        k.node + "\")").c_str());
+}
 #endif
 
 // W (ops with a second input): X's type, a 1-D per-column weight.
@@ -184,6 +193,7 @@ OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
   const opforge::kernels::RowView v = opforge::kernels::row_view(op, x.shape.data(), rank(x));
 #ifdef OPFORGE_WITH_CUDA
   if (k.on_cuda()) {
+    OPFORGE_TRY(check_device_arch(k));
     void* stream = nullptr;
     OPFORGE_TRY(cuda_stream(k, ctx, &stream));
     return cuda_status(k, cuda::forward(op, x.type, x.data, weighted ? w.data : nullptr, y, v.rows, v.cols, k.attr,

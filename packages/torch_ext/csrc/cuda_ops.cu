@@ -1,4 +1,5 @@
 // CUDA kernels: validation, contiguity, device guard and stream here; the math is kernels/ cuda.cuh.
+#include <opforge/kernels/cuda_arch_guard.h>
 #include <opforge/kernels/cuda_ops.cuh>
 
 #include <torch/csrc/stable/accelerator.h>
@@ -6,6 +7,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
 
 #include "common.h"
 
@@ -29,8 +33,17 @@ const T* in(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr());
 template <class T>
 T* out(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
 
-// The caller's current stream on x's device (torch's stream semantics, not the legacy default).
-cudaStream_t current_stream(const Tensor& x) {
+// Before any launch (the caller holds the device guard): a GPU this build has no code for is
+// named, never left to "no kernel image is available". Decided once per device.
+void check_device_arch(const char* op) {
+  const std::string& error = k::cuda::current_device_arch_error("opforge_torch (libopforge_torch.so.1)");
+  if (!error.empty()) throw std::runtime_error(std::string("opforge.") + op + ": " + error);
+}
+
+// The stream to launch `op` on: the caller's current stream on x's device (torch's stream
+// semantics, not the legacy default), once the device is known to run this library's code.
+cudaStream_t launch_stream(const char* op, const Tensor& x) {
+  check_device_arch(op);
   void* stream = nullptr;
   TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(x.get_device_index(), &stream));
   return static_cast<cudaStream_t>(stream);
@@ -51,7 +64,7 @@ void forward_into(const Tensor& x, const Tensor* w, double attr, Tensor& y) {
     using T = decltype(tag);
     const k::cuda::Forward<T> args{in<T>(x), w ? in<T>(*w) : nullptr, out<T>(y), v.rows, v.cols,
                                    static_cast<float>(attr)};
-    check_launch(Op::desc.name, Op::forward(args, current_stream(x)));
+    check_launch(Op::desc.name, Op::forward(args, launch_stream(Op::desc.name, x)));
   });
 }
 
@@ -90,7 +103,7 @@ struct Cuda {
       using T = decltype(tag);
       const k::cuda::Backward<T> args{in<T>(dy), in<T>(x), out<T>(dx), v.rows, v.cols,
                                       static_cast<float>(attr)};
-      check_launch(Op::desc.name, Op::backward(args, current_stream(x)));
+      check_launch(Op::desc.name, Op::backward(args, launch_stream(Op::desc.name, x)));
     });
     return dx;
   }
@@ -112,7 +125,7 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& 
     check_launch(k::kRMSNormOp.name,
                  k::cuda::rms_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), out<float>(dw),
                                          s.rows, s.cols, static_cast<float>(epsilon),
-                                         current_stream(x)));
+                                         launch_stream(k::kRMSNormOp.name, x)));
   });
   return {dx, torch::stable::to(dw, w.scalar_type())};
 }

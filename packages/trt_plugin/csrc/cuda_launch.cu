@@ -1,3 +1,4 @@
+#include <opforge/kernels/cuda_arch_guard.h>
 #include <opforge/kernels/cuda_ops.cuh>
 
 #include "cuda_launch.h"
@@ -43,6 +44,15 @@ cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void
   for (const Entry& entry : kLaunchers)
     if (entry.op == &op) return entry.launch(type, x, w, y, rows, cols, attr, s);
   return cudaErrorInvalidValue;
+}
+
+const std::string& arch_error() noexcept {
+  static const std::string kFailed = "opforge_trt (libopforge_trt.so.1): the GPU arch check failed (out of memory)";
+  try {
+    return opforge::kernels::cuda::current_device_arch_error("opforge_trt (libopforge_trt.so.1)");
+  } catch (...) {
+    return kFailed;
+  }
 }
 
 }  // namespace opforge_trt::cuda

@@ -7,6 +7,7 @@
 #include <opforge/kernels/attrs.h>
 
 #include <cstdint>
+#include <string>
 
 namespace opforge_trt::cuda {
 
@@ -15,5 +16,9 @@ enum class Element { kFloat, kHalf, kBFloat16 };
 // Y of `op` for X viewed as [rows, cols] (shapes.h RowView); w: the second input, or nullptr.
 cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* x, const void* w, void* y,
                     int64_t rows, int64_t cols, float attr, cudaStream_t stream);
+
+// "" when the current device can run this library's CUDA code (SASS or PTX, arch_guard.h); else
+// why not. Decided once per device.
+const std::string& arch_error() noexcept;
 
 }  // namespace opforge_trt::cuda

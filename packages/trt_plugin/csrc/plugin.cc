@@ -178,6 +178,12 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
   }
   const Dims& x = inputDesc[0].dims;
   if (volume(x) == 0) return 0;  // empty X (cols may be 0): nothing to do
+  // Before the first launch on a device: a GPU this build has no code for is named, never left to
+  // "no kernel image is available".
+  if (const std::string& arch = cuda::arch_error(); !arch.empty()) {
+    log(nvinfer1::ILogger::Severity::kERROR, std::string("opforge.") + spec_->name + ": " + arch);
+    return -1;
+  }
   const kernels::RowView v = kernels::row_view(*spec_, x.d, x.nbDims);
   const cudaError_t status = cuda::forward(*spec_, element, inputs[0], spec_->nb_inputs > 1 ? inputs[1] : nullptr,
                                            outputs[0], v.rows, v.cols, attr_, stream);

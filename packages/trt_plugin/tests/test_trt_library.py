@@ -85,10 +85,20 @@ def _cuobjdump():
 
 
 def test_sass_for_every_arch_built():
-    archs = opforge_trt.build_info()["cuda_architectures"]  # CMake style: "80-real", "90"
-    wanted = sorted(re.match(r"\d+", a).group(0) for a in archs)
+    archs = opforge_trt.build_info()["cuda_architectures"]  # CMake style: "80-real", "90", "90-virtual"
+    wanted = sorted(re.match(r"\d+[af]?", a).group(0) for a in archs if not a.endswith("-virtual"))
     out = subprocess.run([_cuobjdump(), "--list-elf", LIB], capture_output=True, text=True, check=True).stdout
-    assert sorted(set(re.findall(r"\.sm_(\d+)\.cubin", out))) == wanted, out
+    assert sorted(set(re.findall(r"\.sm_(\d+[af]?)\.cubin", out))) == wanted, out
+
+
+def test_ptx_for_the_highest_arch():
+    """GPUs newer than the list (sm_100, sm_120) JIT it; "80-real" is SASS only, "90" SASS + PTX
+    (which archs get PTX: kernels/cmake/opforge_cuda_archs.cmake)."""
+    archs = opforge_trt.build_info()["cuda_architectures"]
+    wanted = sorted(re.match(r"\d+[af]?", a).group(0) for a in archs if not a.endswith("-real"))
+    assert wanted, f"no PTX in {archs}: the highest arch (or a '+PTX' one) must have it"
+    out = subprocess.run([_cuobjdump(), "--list-ptx", LIB], capture_output=True, text=True).stdout
+    assert sorted(set(re.findall(r"\.sm_(\d+[af]?)\.ptx", out))) == wanted, out
 
 
 def test_load_into_hands_the_library_to_the_registry():

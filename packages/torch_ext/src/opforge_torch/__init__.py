@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["library_path", "build_info", "swish", "rms_norm", "swiglu"]
+__all__ = ["library_path", "build_info", "cuda_arch_check", "swish", "rms_norm", "swiglu"]
 __version__ = "0.1.0"
 
 _HERE = Path(__file__).resolve().parent
@@ -27,6 +27,19 @@ def library_path() -> str:
 def build_info() -> dict:
     """What the library was built with: torch_built_against, torch_min, cuda, archs, cxx11_abi, variant."""
     return json.loads((_HERE / "_build_info.json").read_text())
+
+
+def cuda_arch_check(device=None) -> None:
+    """Raises RuntimeError when this build holds no code (SASS or PTX) that ``device`` (default: the
+    current CUDA device) runs, naming the GPU, its compute capability, the embedded archs and the
+    build that would serve it: the check every CUDA kernel of this library makes before its first
+    launch on a device, run here on one element."""
+    info = build_info()
+    if not info["cuda"]:
+        raise RuntimeError(f"opforge_torch: variant {info['variant']} is a CPU-only build: it has no "
+                           "CUDA kernels; install a CUDA variant or build with OPFORGE_CUDA_HOME set")
+    device = torch.device("cuda") if device is None else torch.device(device)
+    torch.ops.opforge.swish(torch.zeros(1, device=device), 1.0)
 
 
 def _release(version: str) -> tuple:
