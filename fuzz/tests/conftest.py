@@ -5,12 +5,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import pickle
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from opforge_spec.testing import run_once  # noqa: F401  (a fixture: builds shared by xdist workers)
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -48,23 +47,3 @@ def planted(engine_object):
     return build
 
 
-@pytest.fixture(scope="session")
-def run_once(tmp_path_factory):
-    """run_once(name, make) -> make(folder)'s result, made once per test run. Under pytest-xdist
-    the first worker that asks makes it in a folder every worker of the run shares (pytest's base
-    temp, one level above the worker's own); the others wait on a lock, then reuse the result."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-    def once(name: str, make):
-        with locked(root / f"{name}.lock"):
-            made = root / f"{name}.pickle"
-            if made.is_file():
-                return pickle.loads(made.read_bytes())
-            folder = root / name
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            result = make(folder)
-            made.write_bytes(pickle.dumps(result))
-            return result
-    return once

@@ -2,14 +2,13 @@
 part), shared by every pytest-xdist worker of the run."""
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pickle
 import shutil
 
 import _package  # noqa: F401  (opforge_align: installed, else packages/align/src)
 import pytest
+from opforge_spec.testing import BUSY, run_once  # noqa: F401  (run_once: a fixture)
 from opforge_align.harness.stage import fault_arg  # noqa: F401  (fails early if it is broken)
 
 torch = pytest.importorskip("torch", reason="the torch side of the alignment needs torch")
@@ -28,36 +27,6 @@ def pytest_configure(config):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         torch.set_num_threads(max(1, torch.get_num_threads() // workers))
-
-
-BUSY = object()  # run_once(..., wait=False): another worker is making it right now
-
-
-@pytest.fixture(scope="session")
-def run_once(tmp_path_factory):
-    """run_once(name, make, wait=True) -> make(folder)'s result, made once per test run. Under
-    pytest-xdist the first worker that asks makes it in a folder every worker of the run shares
-    (pytest's base temp, one level above the worker's own); the others wait on a lock, then reuse
-    the result, or get BUSY at once with wait=False."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-    def once(name: str, make, wait: bool = True):
-        with open(root / f"{name}.lock", "w") as lock:
-            try:  # the lock is released when the file closes
-                fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return BUSY
-            made = root / f"{name}.pickle"
-            if made.is_file():
-                return pickle.loads(made.read_bytes())
-            folder = root / name
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            result = make(folder)
-            made.write_bytes(pickle.dumps(result))
-            return result
-    return once
 
 
 def _export_one_op(name: str):

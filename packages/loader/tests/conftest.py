@@ -1,11 +1,9 @@
-import fcntl
 import os
-import pickle
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from opforge_spec.testing import run_once  # noqa: F401  (a fixture: builds shared by xdist workers)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -29,29 +27,6 @@ def sdk_plugins(tmp_path_factory):
     root = tmp_path_factory.mktemp("acme")
     os.chmod(root, 0o755)
     return {v: build_sdk_plugin(root, v, extra) for v, extra in (("1.0.0", 0.0), ("1.1.0", 100.0))}
-
-
-@pytest.fixture(scope="session")
-def run_once(tmp_path_factory):
-    """run_once(name, make) -> make(folder)'s result, made once per test run. Under pytest-xdist
-    the first worker that asks makes it in a folder every worker of the run shares (pytest's base
-    temp, one level above the worker's own); the others wait on a lock, then reuse the result."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-    def once(name: str, make):
-        with open(root / f"{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            made = root / f"{name}.pickle"
-            if made.is_file():
-                return pickle.loads(made.read_bytes())
-            folder = root / name
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            result = make(folder)
-            made.write_bytes(pickle.dumps(result))
-            return result
-    return once
 
 
 @pytest.fixture

@@ -1,7 +1,5 @@
-import fcntl
 import importlib.util
 import os
-import pickle
 import shutil
 import subprocess
 import sys
@@ -9,6 +7,7 @@ from pathlib import Path
 
 import opforge_trt
 import pytest
+from opforge_spec.testing import run_once  # noqa: F401  (a fixture: builds shared by xdist workers)
 
 PACKAGE = Path(__file__).resolve().parents[1]
 REPO = PACKAGE.parents[1]
@@ -34,29 +33,6 @@ def cuda_home() -> Path | None:
             return Path(root)
     nvcc = shutil.which("nvcc")
     return Path(nvcc).resolve().parent.parent if nvcc else None
-
-
-@pytest.fixture(scope="session")
-def run_once(tmp_path_factory):
-    """run_once(name, make) -> make(folder)'s result, made once per test run. Under pytest-xdist
-    the first worker that asks makes it in a folder every worker of the run shares (pytest's base
-    temp, one level above the worker's own); the others wait on a lock, then reuse the result."""
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-    def once(name: str, make):
-        with open(root / f"{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            made = root / f"{name}.pickle"
-            if made.is_file():
-                return pickle.loads(made.read_bytes())
-            folder = root / name
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            result = make(folder)
-            made.write_bytes(pickle.dumps(result))
-            return result
-    return once
 
 
 def _fetch_trt_headers(_folder: Path) -> Path:
