@@ -45,6 +45,7 @@ class Cell:
     values: Mapping[str, str]      # axis -> value, in AXES order
     settings: Mapping[str, Any]
     cpu_builds: bool = False       # its profile's cpu_builds (issue 9)
+    gpu: bool = False              # its profile's gpu: ORT venvs install onnxruntime-gpu
 
     @property
     def id(self) -> str:
@@ -339,7 +340,8 @@ def expand(matrix: Matrix, profile: str) -> tuple[list[Cell], list[Excluded]]:
         if reason:
             excluded.append(reason)
         else:
-            cells.append(Cell(values, settings, matrix.profiles[profile].cpu_builds))
+            cells.append(Cell(values, settings, matrix.profiles[profile].cpu_builds,
+                              matrix.profiles[profile].gpu))
     return cells, excluded
 
 

@@ -224,7 +224,9 @@ Sources = _section("Sources", ort_headers=(DebianPackage, ...),
 # The properties of an axis value (a toolkit's: ci/toolkits.py parse_spec).
 TorchRelease = _section("TorchRelease", cuda=(Optional[VersionText], None),
                         packages=(Optional[Pins], None))
-OrtRelease = _section("OrtRelease", packages=(Optional[Pins], None))
+# gpu_packages: what the ORT venvs of a `gpu: true` profile install instead (onnxruntime-gpu).
+OrtRelease = _section("OrtRelease", packages=(Optional[Pins], None),
+                      gpu_packages=(Optional[Pins], None))
 ArchListProps = _section("ArchListProps", min_cuda=(VersionText, ...))
 OpsetProps = _section("OpsetProps", min_ort=(VersionText, ...))
 TensorrtRelease = _section("TensorrtRelease", cuda_majors=(tuple[VersionText, ...], ...))
@@ -328,6 +330,7 @@ class Profile(Section):
     tensorrt: AxisValues
     stages: Optional[tuple[StrictStr, ...]] = Field(None, description="a list of stage names")
     cpu_builds: StrictBool = False
+    gpu: StrictBool = False    # its ORT venvs install the ort values' gpu_packages
 
     @field_validator(*AXES, "stages")
     @classmethod
@@ -448,6 +451,22 @@ def _check_axis_pins(axes: Mapping) -> None:
                 if pins[name] != Version(value):
                     raise MatrixError(where, f"{name}=={pins[name]} does not match the key "
                                       f"{value!r}: the pin must carry the key's version")
+    for value, props in axes["ort"].items():
+        _check_gpu_pins(value, props["gpu_packages"])
+
+
+def _check_gpu_pins(value: str, gpu_packages: Any) -> None:
+    """ort "1.31.1" gpu_packages pin onnxruntime-gpu==1.31.1: the GPU build of the same release."""
+    if gpu_packages is None:
+        return
+    where = f"ort.{value}.gpu_packages"
+    pins = dict(map(_pin_parts, gpu_packages))
+    if "onnxruntime-gpu" not in pins:
+        raise MatrixError(where, f"expected a pin onnxruntime-gpu=={value}, got "
+                          f"{', '.join(gpu_packages) or 'none'}")
+    if pins["onnxruntime-gpu"] != Version(value):
+        raise MatrixError(where, f"onnxruntime-gpu=={pins['onnxruntime-gpu']} does not match the "
+                          f"key {value!r}: the pin must carry the key's version")
 
 
 def _check_setting(name: str, value: Any, where: str, python: Mapping) -> None:
@@ -548,6 +567,12 @@ def _check_profiles(profiles: Mapping[str, Profile], axes: Mapping,
             if missing:
                 raise MatrixError(where, f"{stage} runs after {missing[0]}: select {missing[0]} "
                                   "too")
+        for value in profile.values["ort"] if profile.gpu else ():
+            if axes["ort"][value]["gpu_packages"] is None:
+                raise MatrixError(f"profiles.{name}.ort", f"{value}: a gpu profile installs "
+                                  f"onnxruntime-gpu, but ort.{value} has no gpu_packages (add "
+                                  f"gpu_packages: [onnxruntime-gpu=={value}] where PyPI has that "
+                                  "release, or choose a release that has one)")
     total = sum(math.prod(map(len, p.values.values())) for p in profiles.values())
     if total > MAX_COMBINATIONS:
         raise MatrixError("profiles", f"{total} axis-value combinations in all: more than the "

@@ -44,8 +44,10 @@ def torch_requirements(matrix: mx.Matrix, torch: str) -> list[str]:
                                         "ninja", "matplotlib"))]
 
 
-def ort_requirements(matrix: mx.Matrix, ort: str, settings: Mapping) -> list[str]:
-    return [*matrix.props("ort", ort)["packages"],
+def ort_requirements(matrix: mx.Matrix, ort: str, settings: Mapping, *, gpu: bool = False) -> list[str]:
+    """An ORT venv's pins; a gpu profile's (gpu=True) take the release's onnxruntime-gpu build."""
+    props = matrix.props("ort", ort)
+    return [*(props["gpu_packages"] if gpu else props["packages"]),
             *python_pins(matrix, names=("numpy", "onnx", "pytest"), settings=settings),
             # the loader's tests (run in this venv) compile its host sources against these headers
             package_pin("loader", "nlohmann-json")]
@@ -55,7 +57,7 @@ def requirements(matrix: mx.Matrix, cell: mx.Cell, kind: str) -> list[str]:
     """The pins of a cell's torch or ORT venv."""
     if kind == "torch":
         return torch_requirements(matrix, cell.values["torch"])
-    return ort_requirements(matrix, cell.values["ort"], cell.settings)
+    return ort_requirements(matrix, cell.values["ort"], cell.settings, gpu=cell.gpu)
 
 
 def package_pin(package: str, name: str) -> str:
