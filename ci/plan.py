@@ -165,6 +165,23 @@ def plan(matrix: mx.Matrix, host: hostprobe.Host, cells: Iterable[mx.Cell], repo
     return out
 
 
+def plan_gathering(matrix: mx.Matrix, host: hostprobe.Host, cells: Iterable[mx.Cell],
+                   repo: Path = mx.REPO, *, stages: Iterable[str]) -> list[dict[str, Planned]]:
+    """The plan when other runs made the cells' results (CI jobs, `--gather-from`): the gathering
+    stages run unless this host cannot run them; the other stages' results are read, not run
+    (their keys only)."""
+    out = []
+    for cell in cells:
+        row = {}
+        for name in stages:
+            stage = matrix.stages[name]
+            key = key_text(mx.stage_key(matrix, stage, cell))
+            reason = hostprobe.decide(matrix, host, stage, cell, repo) if stage.gather else None
+            row[name] = Planned("skip", reason, key) if reason else Planned("run", "", key)
+        out.append(row)
+    return out
+
+
 def skip_reason(matrix: mx.Matrix, host: hostprobe.Host, stage: mx.Stage, cell: mx.Cell,
                 repo: Path, row: Mapping[str, Planned], skip_slow: bool) -> str | None:
     if skip_slow and stage.slow:

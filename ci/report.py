@@ -64,6 +64,68 @@ class Result:
         return {"status": data.pop("status"), "reason": data.pop("reason"), **data}
 
 
+class ReportError(RuntimeError):
+    """A report.json written by another run cannot be merged; the message names the file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One cell's results as another run (a CI job) wrote them."""
+    path: Path                     # that run's report.json; its stage outputs lie beside it
+    results: dict[str, Result]     # stage -> result
+
+
+def read_runs(folder: Path, profile: str) -> dict[str, Run]:
+    """cell id -> its results, from every report.json under folder (one per CI job's artifact).
+    Log paths are moved to where the artifact now lies."""
+    if not folder.is_dir():
+        raise ReportError(f"--gather-from {folder}: not a folder")
+    found: dict[str, Run] = {}
+    for path in sorted(folder.rglob("report.json")):
+        data = _read_report(path, profile)
+        for cell in data["cells"]:
+            if cell["id"] in found:
+                raise ReportError(f"{path}: cell {cell['id']!r} again (also in "
+                                  f"{found[cell['id']].path}): one report per cell")
+            results = {name: _result(path, cell["id"], name, raw, data["report"])
+                       for name, raw in cell["stages"].items()}
+            found[cell["id"]] = Run(path, results)
+    if not found:
+        raise ReportError(f"--gather-from {folder}: no report.json below it (expected one per "
+                          "CI job's artifact, e.g. results-<cell>/report.json)")
+    return found
+
+
+def _read_report(path: Path, profile: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path}: unreadable report ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ReportError(f"{path}: report format {found!r}, expected {REPORT_FORMAT}")
+    missing = [key for key in ("profile", "report", "cells") if key not in data]
+    if missing:
+        raise ReportError(f"{path}: no {missing[0]!r} field (expected a report.json of nox -s matrix)")
+    if data["profile"] != profile:
+        raise ReportError(f"{path}: a run of profile {data['profile']!r}, expected {profile!r} "
+                          "(the profile given with --profile)")
+    return data
+
+
+def _result(path: Path, cell: str, stage: str, raw: dict, report_dir: str) -> Result:
+    fields = {k: v for k, v in raw.items() if k in Result.__annotations__ and k != "outputs"}
+    try:
+        result = Result(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ReportError(f"{path}: cell {cell!r}, stage {stage}: {exc}") from None
+    prefix = report_dir.rstrip("/") + "/"
+    if result.log and result.log.startswith(prefix):   # the log beside the moved report.json
+        moved = path.parent / result.log[len(prefix):]
+        result.log = str(moved.relative_to(mx.REPO)) if moved.is_relative_to(mx.REPO) else str(moved)
+    return result
+
+
 def label(status: str, reason: str = "") -> str:
     return f"skipped: {reason}" if status == SKIP else status
 
@@ -133,7 +195,8 @@ def render_md(report: dict, root: Path) -> str:
             lines += [f"### {name} — cell {cell['index']}: `{cell['id']}`"
                       + (f" (and {same - 1} cells reusing it)" if same > 1 else ""), "",
                       f"{result['detail']}" if result["detail"] else "",
-                      f"log: [{result['log']}]({_rel(result['log'])})", "", "```",
+                      f"log: [{result['log']}]({_rel(result['log'])})" if result["log"]
+                      else "log: none", "", "```",
                       tail(result["log"], root), "```", ""]
     skips = Counter(r["reason"] for c in cells for r in c["stages"].values() if r["status"] == SKIP)
     if skips:

@@ -20,7 +20,16 @@ from ci import cache, executors, report, venvs
 from ci import matrix as mx
 from ci import probe as hostprobe
 from ci.executors import STAGE_TIMEOUT_S, Job, Workspace
-from ci.plan import Planned, Selection, blocked_by, key_hash, plan, render_plan, select
+from ci.plan import (
+    Planned,
+    Selection,
+    blocked_by,
+    key_hash,
+    plan,
+    plan_gathering,
+    render_plan,
+    select,
+)
 from ci.report import Result  # status pass | fail | skip; a skip's reason in Result.reason
 
 REPO = mx.REPO
@@ -62,6 +71,13 @@ def run(engine: Engine) -> dict:
             row[name] = run_stage(engine, index, cell, stage, item, row, done)
         rows.append(row)
         write(engine, rows)
+    return gather(engine, planned, rows, done)
+
+
+def gather(engine: Engine, planned: list[dict[str, Planned]], rows: list[dict[str, Result]],
+           done: dict[str, Result]) -> dict:
+    """The gathering stages, each over the results of every cell of its group; then the report."""
+    cells = engine.selection.cells
     for stage in (engine.matrix.stages[n] for n in engine.selection.stages):
         if not stage.gather:
             continue
@@ -71,6 +87,66 @@ def run(engine: Engine) -> dict:
             row[stage.name] = run_stage(engine, index, cell, stage, planned[index][stage.name],
                                         inputs, done)
     return write(engine, rows)
+
+
+def run_gathered(engine: Engine, folder: Path) -> dict:
+    """Only the gathering stages, over the results of cells run elsewhere (one CI job each): every
+    report.json under `folder` (a job's build/matrix/ artifact) gives its cells' results and the
+    stage outputs beside it; one merged report is written."""
+    found = report.read_runs(folder, engine.selection.profile)
+    cells = engine.selection.cells
+    planned = plan_gathering(engine.matrix, engine.host, cells, stages=engine.selection.stages)
+    rows = merged_rows(engine, planned, found)
+    write(engine, rows)
+    return gather(engine, planned, rows, {})
+
+
+def merged_rows(engine: Engine, planned: list[dict[str, Planned]],
+                found: Mapping[str, report.Run]) -> list[dict[str, Result]]:
+    """Each cell's row from the run that holds it; a key met again is 'reused', as in one run."""
+    first: dict[str, tuple[int, Result]] = {}
+    rows = []
+    for index, (cell, row_plan) in enumerate(zip(engine.selection.cells, planned)):
+        run_of_cell = found.get(cell.id)
+        row: dict[str, Result] = {}
+        for name, item in row_plan.items():
+            if engine.matrix.stages[name].gather:
+                row[name] = Result.skip("pending", key=item.key)
+            elif run_of_cell is None:
+                row[name] = _missing(row, item.key)
+            elif name not in run_of_cell.results:
+                row[name] = Result.skip(f"not run by its CI job ({run_of_cell.path})", key=item.key)
+            else:
+                row[name] = _placed(run_of_cell, name, index, first)
+        rows.append(row)
+    return rows
+
+
+def _missing(row: Mapping[str, Result], key: str) -> Result:
+    """A cell whose CI job left no report.json fails once (the report says so), then skips."""
+    if not row:
+        return Result("fail", key=key, detail="its CI job left no report.json (the job failed "
+                      "before writing one, or its artifact was not downloaded)")
+    return Result.skip("no results from its CI job", key=key)
+
+
+def _placed(run_of_cell: report.Run, name: str, index: int,
+            first: dict[str, tuple[int, Result]]) -> Result:
+    """The cell's result with its output folder where the artifact lies; a key another job ran
+    too reads as reused from the first (a gathering stage then sees one output per key)."""
+    result = dataclasses.replace(run_of_cell.results[name])
+    out = Workspace(run_of_cell.path.parent).work_dir(name, key_hash(result.key))
+    if result.status == "pass" and out.is_dir():
+        result.outputs = {"out": str(out)}
+    if result.origin not in ("run", "cached"):
+        return result
+    if result.key in first and result.status == first[result.key][1].status:
+        earlier_index, earlier = first[result.key]
+        return dataclasses.replace(result, origin="reused", first_cell=earlier_index,
+                                   duration_s=0.0, outputs=earlier.outputs)
+    first.setdefault(result.key, (index, result))
+    result.first_cell = index
+    return result
 
 
 def run_stage(engine: Engine, index: int, cell: mx.Cell, stage: mx.Stage, item: Planned,
@@ -186,6 +262,10 @@ def parser() -> argparse.ArgumentParser:
                      "the cache go (default build/matrix)")
     cli.add_argument("--venvs", type=Path, default=venvs.VENVS, help="where the venvs are made "
                      "and reused (default build/venvs)")
+    cli.add_argument("--gather-from", type=Path, metavar="DIR", help="run only the gathering "
+                     "stages (cross, cross-torch) over the results of cells run elsewhere: every "
+                     "report.json under DIR (CI jobs' build/matrix/ artifacts), merged into one "
+                     "report")
     cli.add_argument("--script-args", nargs=argparse.REMAINDER, default=[], metavar="ARG",
                      help="(last) arguments appended to every script stage's command")
     return cli
@@ -215,7 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         engine = Engine(matrix, host, selection, workspace,
                         cache.Store(out / "cache", fresh=args.fresh), say,
                         tuple(args.script_args))
-        data = run(engine)
+        try:
+            data = run_gathered(engine, args.gather_from) if args.gather_from else run(engine)
+        except report.ReportError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     for line in report.summary_lines(data, matrix):
         print(line, flush=True)
     return report.exit_code(data)
