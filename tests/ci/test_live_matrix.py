@@ -107,3 +107,16 @@ def test_actionlint_on_the_committed_workflows():
 
 def test_hadolint_on_the_committed_dockerfile():
     _lint("hadolint", ["--no-color", "docker/Dockerfile"])
+
+
+def test_gpu_cells_install_onnxruntime_gpu_and_the_host_does_not(live):
+    """ci-gpu's ORT venvs run ONNX Runtime's CUDA EP: they install the onnxruntime-gpu build of
+    their release; the host profile keeps the CPU onnxruntime."""
+    gpu_cells, _ = mx.expand(live, "ci-gpu")
+    assert live.profiles["ci-gpu"].gpu and gpu_cells
+    for cell in gpu_cells:
+        pins = venvs.requirements(live, cell, "ort")
+        assert f"onnxruntime-gpu=={cell.values['ort']}" in pins
+        assert not any(pin.startswith("onnxruntime==") for pin in pins)
+    for cell in mx.expand(live, "host")[0]:
+        assert f"onnxruntime=={cell.values['ort']}" in venvs.requirements(live, cell, "ort")
