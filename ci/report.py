@@ -119,11 +119,20 @@ def _result(path: Path, cell: str, stage: str, raw: dict, report_dir: str) -> Re
         result = Result(**fields)
     except (TypeError, ValueError) as exc:
         raise ReportError(f"{path}: cell {cell!r}, stage {stage}: {exc}") from None
-    prefix = report_dir.rstrip("/") + "/"
-    if result.log and result.log.startswith(prefix):   # the log beside the moved report.json
-        moved = path.parent / result.log[len(prefix):]
-        result.log = str(moved.relative_to(mx.REPO)) if moved.is_relative_to(mx.REPO) else str(moved)
+    # logs and artifacts (report.md's links) beside the moved report.json
+    result.log = result.log and _moved(result.log, report_dir, path.parent)
+    result.artifacts = [_moved(a, report_dir, path.parent) for a in result.artifacts]
     return result
+
+
+def _moved(written: str, report_dir: str, here: Path) -> str:
+    """A path another run wrote under its report folder, now under `here` (as this run names
+    paths: repository-relative inside it)."""
+    prefix = report_dir.rstrip("/") + "/"
+    if not written.startswith(prefix):
+        return written
+    moved = here / written[len(prefix):]
+    return str(moved.relative_to(mx.REPO)) if moved.is_relative_to(mx.REPO) else str(moved)
 
 
 def label(status: str, reason: str = "") -> str:

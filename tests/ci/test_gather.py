@@ -40,7 +40,8 @@ def stages_run(monkeypatch):
                           if job.log.is_relative_to(mx.REPO) else str(job.log))
         job.work.mkdir(parents=True, exist_ok=True)
         (job.work / "made-by.txt").write_text(job.cell.id)
-        return Result("pass", outputs={"wheels": [], "out": str(job.work)})
+        return Result("pass", outputs={"wheels": [], "out": str(job.work)},
+                      artifacts=[str(job.work / "made-by.txt")])
 
     monkeypatch.setattr(executors, "execute", execute)
     monkeypatch.setattr(cache, "digest", lambda matrix, cell, stage, key, inputs, args=(): key_hash(key))
@@ -122,6 +123,9 @@ def test_a_failure_in_a_job_shows_in_the_merged_report_with_its_log(matrix, host
     text = (tmp_path / "merged" / "report.md").read_text()
     assert "## Failures" in text and "nvcc: error" in text     # the log tail, from the artifact
     assert report.exit_code(data) == 1
+    aligned = [c["stages"]["align"] for c in data["cells"] if c["stages"]["align"]["origin"] == "run"]
+    assert aligned and all(Path(a).is_relative_to(gathered) and Path(a).is_file()
+                           for r in aligned for a in r["artifacts"])   # report.md's links work
 
 
 def test_a_cell_without_results_fails_once_and_names_why(matrix, host, tmp_path, stages_run):
