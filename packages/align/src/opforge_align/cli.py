@@ -147,6 +147,8 @@ def _harness_parsers(commands) -> None:
     p.add_argument("--opset", type=int, default=18)
     p.add_argument("--ir-version", default="", help="write this IR version (ORT < 1.18: 8)")
     p.add_argument("--no-layer1", action="store_true")
+    p.add_argument("--jobs", type=int, default=0,
+                   help="export processes (default: one per usable CPU)")
     fault_arg(p)
     p.set_defaults(handler=_export)
 

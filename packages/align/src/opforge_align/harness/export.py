@@ -8,7 +8,13 @@ Folder layout (paths in manifest.json are relative to the folder):
 """
 from __future__ import annotations
 
+import functools
 import json
+import logging
+import os
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -120,21 +126,67 @@ def group_cases(op, dtype: str) -> dict:
 
 
 def export_all(out: Path, *, opset: int, ir_version: int | None = None, ops=None,
-               dtypes=DTYPES, forms=FORMS) -> dict:
+               dtypes=DTYPES, forms=FORMS, jobs: int = 1) -> dict:
+    """Exports every op x dtype; `jobs` > 1 spreads the (op, dtype) pairs over that many processes
+    (the manifest keeps spec order whatever finishes first)."""
     (out / "models").mkdir(parents=True, exist_ok=True)
     (out / "data").mkdir(parents=True, exist_ok=True)
     manifest = {"torch": torch.__version__, "opset": opset, "ir_version": ir_version,
                 "entries": [], "not_exported": []}
-    for op in ops or spec.OPS.values():
+    ops = list(ops or spec.OPS.values())
+    units = [(op.name, dtype) for op in ops for dtype in dtypes]
+    export_unit = functools.partial(_export_op_dtype, out, opset=opset, ir_version=ir_version,
+                                    forms=forms)
+    if jobs > 1 and len(units) > 1:
+        with ProcessPoolExecutor(min(jobs, len(units)), mp_context=get_context("spawn"),
+                                 initializer=_export_worker) as pool:
+            entries = list(pool.map(export_unit, *zip(*units)))
+    else:
+        entries = [export_unit(*unit) for unit in units]
+    for op in ops:
         for dtype, reason in NOT_EXPORTED.items():
             manifest["not_exported"].append({"op": op.name, "dtype": dtype, "reason": reason})
-        for dtype in dtypes:
-            for (attrs, rank), cases in group_cases(op, dtype).items():
-                manifest["entries"].append(
-                    _export_entry(out, op, dict(attrs), rank, dtype, cases=cases, opset=opset,
-                                  ir_version=ir_version, forms=forms))
+    for part in entries:
+        manifest["entries"] += part
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return manifest
+
+
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _export_op_dtype(out: Path, op_name: str, dtype: str, *, opset, ir_version, forms) -> list:
+    reuse_torchlib_registry()
+    op = spec.OPS[op_name]
+    return [_export_entry(out, op, dict(attrs), rank, dtype, cases=cases, opset=opset,
+                          ir_version=ir_version, forms=forms)
+            for (attrs, rank), cases in group_cases(op, dtype).items()]
+
+
+def _export_worker() -> None:
+    quiet_exporters()
+    torch.set_num_threads(1)  # the processes are the parallelism; idle OpenMP threads spin
+
+
+def quiet_exporters() -> None:
+    """The exporters' progress lines and deprecation warnings would bury the report."""
+    warnings.filterwarnings("ignore")
+    for name in ("torch.onnx", "torch._dynamo", "torch.export", "onnxscript"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@functools.cache
+def reuse_torchlib_registry() -> None:
+    """The dynamo exporter rebuilds torchlib's op list from source (inspect.getsource of ~500
+    functions: about half of each small export) on every call; the list never changes within a
+    process, so one built list serves every export here. Skipped where the internals differ."""
+    try:
+        from torch.onnx._internal.exporter import _registration
+        apis = _registration.onnxscript_apis
+        apis.get_torchlib_ops = functools.cache(apis.get_torchlib_ops)
+    except (ImportError, AttributeError):
+        pass
 
 
 def _export_entry(out, op, attrs, rank, dtype, *, cases, opset, ir_version, forms) -> dict:

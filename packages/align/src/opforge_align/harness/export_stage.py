@@ -4,20 +4,18 @@ Writes OUT/layer1.{json,md}, OUT/manifest.json, OUT/models/*.onnx, OUT/data/*.np
 result (layer-1 numbers) to $OPFORGE_STAGE_RESULT. Exit 1 if a check or an export failed."""
 from __future__ import annotations
 
-import logging
-import warnings
-
 
 def main(args) -> int:
     from . import export, layer1
     from .checks import Results, failed
     from .stage import finish
 
-    quiet_exporters()
+    export.quiet_exporters()
     results = Results() if args.no_layer1 else layer1.run(fault=args.inject_fault)
     ir_version = args.ir_version if args.ir_version.lower() not in ("", "0", "none", "null") else None
     manifest = export.export_all(args.out, opset=args.opset,
-                                 ir_version=int(ir_version) if ir_version else None)
+                                 ir_version=int(ir_version) if ir_version else None,
+                                 jobs=args.jobs or export.default_jobs())
     for entry in manifest["entries"]:
         for form, model in entry["models"].items():
             if isinstance(model, dict) and "error" in model:
@@ -31,9 +29,3 @@ def main(args) -> int:
                   extra_artifacts=[args.out / "manifest.json"],
                   extra_numbers={"align.export.models": models})
 
-
-def quiet_exporters() -> None:
-    """The exporters' progress lines and deprecation warnings would bury the report."""
-    warnings.filterwarnings("ignore")
-    for name in ("torch.onnx", "torch._dynamo", "torch.export", "onnxscript"):
-        logging.getLogger(name).setLevel(logging.ERROR)
