@@ -1,5 +1,5 @@
 """Every real target under fuzz/targets/ replays its corpus and fuzzes for a bounded time
-(OPFORGE_FUZZ_SECONDS, default 15 s) under ASan/UBSan with no report, or is skipped with the
+(OPFORGE_FUZZ_SECONDS, default 5 s) under ASan/UBSan with no report, or is skipped with the
 reason its build.py gave. `nox -s fuzz` runs them longer."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ SEED_LIMIT = 4096
 def results(run_once, engine_object) -> dict[str, runner.Result]:
     """Every target fuzzed once per test run, however many pytest-xdist workers ask: they share
     build/fuzz/<target>."""
-    seconds = int(os.environ.get("OPFORGE_FUZZ_SECONDS", "15"))
+    seconds = int(os.environ.get("OPFORGE_FUZZ_SECONDS", "5"))
     done = run_once("fuzz_targets", lambda _: runner.run_all(TARGETS, seconds, jobs=2))  # CI: 2 cores
     return {r.name: r for r in done}
 
