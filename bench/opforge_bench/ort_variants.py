@@ -95,6 +95,7 @@ def _options(level, threads: int, lib: str | None, optimized_path: str | None = 
     options.inter_op_num_threads = 1
     if optimized_path:
         options.optimized_model_filepath = optimized_path
+        options.log_severity_level = 3  # else a warning per session that the file is host-specific
     if lib:
         options.register_custom_ops_library(lib)
     return options
