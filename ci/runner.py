@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from ci import cache, executors, report, venvs
@@ -46,6 +48,7 @@ class Engine:
     store: cache.Store
     say: Callable[[str], None] = print
     script_args: tuple[str, ...] = ()   # appended to every script stage's command (nox -s bench)
+    jobs: int = 1                         # stage runs side by side (--jobs)
     started: float = dataclasses.field(default_factory=time.monotonic)
 
     def elapsed(self) -> str:
@@ -59,6 +62,7 @@ def run(engine: Engine) -> dict:
     planned = plan(engine.matrix, engine.host, cells, stages=engine.selection.stages,
                    skip_slow=engine.selection.skip_slow)
     done: dict[str, Result] = {}     # key -> the result of its first run in this run
+    ahead = run_ahead(engine, planned, done) if engine.jobs > 1 else {}
     rows: list[dict[str, Result]] = []
     for index, (cell, row_plan) in enumerate(zip(cells, planned)):
         engine.say(f"[{engine.elapsed()}] cell {index + 1}/{len(cells)}: {cell.id}")
@@ -67,11 +71,66 @@ def run(engine: Engine) -> dict:
             stage = engine.matrix.stages[name]
             if stage.gather:  # runs after all cells
                 row[name] = Result.skip("pending", key=item.key)
-                continue
-            row[name] = run_stage(engine, index, cell, stage, item, row, done)
+            elif (index, name) in ahead:
+                row[name] = ahead[index, name]
+            else:
+                row[name] = run_stage(engine, index, cell, stage, item, row, done)
         rows.append(row)
         write(engine, rows)
     return gather(engine, planned, rows, done)
+
+
+def run_ahead(engine: Engine, planned: list[dict[str, Planned]],
+              done: dict[str, Result]) -> dict[tuple[int, str], Result]:
+    """The first run of every key, `engine.jobs` at a time, each as soon as the runs of its
+    `after` stages in its cell have ended. Returns what ran or came from the cache; the cell
+    loop then places those and settles the rest (reuse, skips) in order, as without --jobs."""
+    first = first_runs(engine, planned)
+    results: dict[tuple[int, str], Result] = {}
+    waiting = list(first)
+    with ThreadPoolExecutor(engine.jobs) as pool:
+        running: dict[Future, tuple[int, str]] = {}
+        while waiting or running:
+            for unit in [u for u in waiting if ready(u, first, results)][:engine.jobs - len(running)]:
+                waiting.remove(unit)
+                running[pool.submit(run_first, engine, unit, planned, results, done)] = unit
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                results[running.pop(future)] = future.result()
+    return {unit: r for unit, r in results.items() if r.origin in ("run", "cached")}
+
+
+def first_runs(engine: Engine, planned: list[dict[str, Planned]]) -> dict[tuple[int, str], list]:
+    """{(cell index, stage): the (cell index, stage) it waits for}: one per key, its first cell."""
+    owner: dict[str, tuple[int, str]] = {}
+    for index, row_plan in enumerate(planned):
+        for name, item in row_plan.items():
+            if item.action != "skip" and not engine.matrix.stages[name].gather:
+                owner.setdefault(item.key, (index, name))
+    return {unit: [owner[planned[unit[0]][b].key] for b in engine.matrix.stages[unit[1]].after
+                   if planned[unit[0]][b].key in owner]
+            for unit in owner.values()}
+
+
+def ready(unit, first, results) -> bool:
+    return all(before in results for before in first[unit])
+
+
+def run_first(engine: Engine, unit: tuple[int, str], planned: list[dict[str, Planned]],
+              results: Mapping[tuple[int, str], Result], done: dict[str, Result]) -> Result:
+    index, name = unit
+    stage, cells = engine.matrix.stages[name], engine.selection.cells
+    inputs = {b: results.get((index, b)) or _reused_input(planned[index][b], done)
+              for b in stage.after}
+    return run_stage(engine, index, cells[index], stage, planned[index][name], inputs, done)
+
+
+def _reused_input(item: Planned, done: Mapping[str, Result]) -> Result:
+    if item.action == "skip":
+        return Result.skip(item.reason, key=item.key)
+    earlier = done.get(item.key)
+    return dataclasses.replace(earlier, origin="reused") if earlier else \
+        Result.skip("did not run", key=item.key)
 
 
 def gather(engine: Engine, planned: list[dict[str, Planned]], rows: list[dict[str, Result]],
@@ -157,7 +216,8 @@ def run_stage(engine: Engine, index: int, cell: mx.Cell, stage: mx.Stage, item: 
         result.key, result.first_cell = item.key, index
         done[item.key] = result
     if result.origin == "run":
-        engine.say(f"[{engine.elapsed()}]   {stage.name:15} {result.label} "
+        where = f" (cell {index + 1})" if engine.jobs > 1 else ""
+        engine.say(f"[{engine.elapsed()}]   {stage.name:15} {result.label}{where} "
                    f"{result.duration_s:.1f}s {result.detail}".rstrip())
     return result
 
@@ -256,6 +316,9 @@ def parser() -> argparse.ArgumentParser:
     cli.add_argument("--skip-slow", action="store_true", help="skip the stages marked slow (bench)")
     cli.add_argument("--fresh", action="store_true", help="re-run every test stage; keep "
                      "only the wheels (built and repaired) and venvs of earlier runs")
+    cli.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+                     help="stage runs side by side (default: 2, or 1 on a single CPU); stages "
+                          "that need another wheel in a shared venv wait for it to be free")
     cli.add_argument("--timeout", type=int, default=STAGE_TIMEOUT_S, metavar="SECONDS",
                      help=f"limit per stage command (default {STAGE_TIMEOUT_S})")
     cli.add_argument("--out", type=Path, default=OUT, help="where the report, logs, wheels and "
@@ -294,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         workspace = Workspace(out, venv_root=args.venvs.resolve(), timeout_s=args.timeout, say=say)
         engine = Engine(matrix, host, selection, workspace,
                         cache.Store(out / "cache", fresh=args.fresh), say,
-                        tuple(args.script_args))
+                        tuple(args.script_args), max(1, args.jobs))
         try:
             data = run_gathered(engine, args.gather_from) if args.gather_from else run(engine)
         except report.ReportError as exc:

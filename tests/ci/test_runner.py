@@ -3,6 +3,8 @@ stage that skips its dependents and never stops the other cells, the report writ
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -18,10 +20,17 @@ def fake(monkeypatch, tmp_path, matrix, host):
     """The engine with executors that 'run' instantly; build-torch fails for torch 2.14.1."""
     calls = []
     seen = {}
+    active, lock = [], threading.Lock()
     monkeypatch.setattr(plan.hostprobe, "decide", lambda *a, **k: None)
 
     def execute(job, ws):
         calls.append((job.stage.name, job.key))
+        with lock:
+            active.append(job.stage.name)
+            seen["most at once"] = max(seen.get("most at once", 0), len(active))
+        time.sleep(0.01)
+        with lock:
+            active.remove(job.stage.name)
         if job.stage.name == "build-torch" and job.cell.values["torch"] == "2.14.1":
             return Result("fail", detail="compiler error", log="build/matrix/logs/x.log")
         job.work.mkdir(parents=True, exist_ok=True)
@@ -33,13 +42,14 @@ def fake(monkeypatch, tmp_path, matrix, host):
     cells, excluded = mx.expand(matrix, "host")
     cells = [c for c in cells if c.values["opset"] == "17" and c.values["ort"] != "1.20.1"]
 
-    def run(fresh=False, stages=None, skip_slow=False):
+    def run(fresh=False, stages=None, skip_slow=False, jobs=1, out="matrix"):
         calls.clear()
-        out = tmp_path / "build" / "matrix"
+        out = tmp_path / "build" / out
         selection = Selection("host", tuple(cells), tuple(excluded),
                               tuple(stages or matrix.profiles["host"].stages), skip_slow)
         engine = runner.Engine(matrix, host, selection, Workspace(out, say=lambda text: None),
-                               cache.Store(out / "cache", fresh=fresh), say=lambda text: None)
+                               cache.Store(out / "cache", fresh=fresh), say=lambda text: None,
+                               jobs=jobs)
         return runner.run(engine), list(calls)
 
     run.seen = seen
@@ -59,6 +69,19 @@ def test_each_key_runs_once_and_failures_skip_dependents(fake, matrix):
     assert data["summary"]["fail"] > 0 and runner.report.exit_code(data) == 1
     reused = [s for c in data["cells"] for s in c["stages"].values() if s["origin"] == "reused"]
     assert reused and all(s["first_cell"] is not None for s in reused)
+
+
+def outcomes(data) -> list:
+    return [(i, name, s["status"], s["reason"], s["origin"], s["first_cell"])
+            for i, c in enumerate(data["cells"]) for name, s in sorted(c["stages"].items())]
+
+
+def test_side_by_side_runs_give_the_serial_report(fake):
+    serial, serial_calls = fake(out="serial")
+    side, side_calls = fake(jobs=2, out="side")
+    assert outcomes(side) == outcomes(serial)
+    assert sorted(side_calls) == sorted(serial_calls)        # each key once, the failed one too
+    assert fake.seen["most at once"] == 2
 
 
 def test_second_run_takes_passes_from_the_cache(fake):
