@@ -346,11 +346,11 @@ def lock_from_mirror(container: Mapping) -> Lock:
 def stale(lock: Lock, container: Mapping, source: str = "docker/apt.lock") -> str | None:
     """Why the lock does not belong to matrix.yaml's container section (None when it does)."""
     if lock.release != container.get("debian"):
-        return f"{source}: locks Debian {lock.release}, matrix.yaml container.debian is " \
-               f"{container.get('debian')}; {REFRESH}"
+        return (f"{source}: locks Debian {lock.release}, matrix.yaml container.debian is "
+                f"{container.get('debian')}; {REFRESH}")
     if list(lock.apt) != list(container.get("apt", ())):
-        return f"{source}: locks apt packages {' '.join(lock.apt)}, matrix.yaml container.apt " \
-               f"is {' '.join(container.get('apt', ()))}; {REFRESH}"
+        return (f"{source}: locks apt packages {' '.join(lock.apt)}, matrix.yaml container.apt "
+                f"is {' '.join(container.get('apt', ()))}; {REFRESH}")
     return None
 
 

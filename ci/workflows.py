@@ -19,16 +19,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 try:
-    from ci import aptlock
+    from ci import aptlock, toolkits
     from ci import matrix as mx
-    from ci import toolkits
     from ci.bootstrap import NEEDED as BOOTSTRAP_TOOLS
     from ci.plan import cell_slug
 except ImportError:  # run as a script: python ci/workflows.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from ci import aptlock
+    from ci import aptlock, toolkits
     from ci import matrix as mx
-    from ci import toolkits
     from ci.bootstrap import NEEDED as BOOTSTRAP_TOOLS  # nox and PyYAML: what runs nox
     from ci.plan import cell_slug  # the job id; `nox -s matrix -- --cell ID` reruns that job
 
