@@ -71,9 +71,13 @@ def target(lock: aptlock.Lock) -> list[str]:
     libc = lock.parts["image"]["libc6"]
     glibc = _upstream(libc.version).split(".")
     machine = MACHINES.get(libc.architecture, libc.architecture)
+    # pip matches --platform literally: every manylinux tag the image's glibc accepts, down to 2.17
+    # (manylinux2014 is 2.17's legacy alias)
+    platforms = [f"manylinux_{glibc[0]}_{minor}_{machine}" for minor in range(int(glibc[1]), 16, -1)]
+    platforms.append(f"manylinux2014_{machine}")
     return ["--only-binary=:all:", "--implementation", "cp",
             "--python-version", ".".join(python[:2]),
-            "--platform", f"manylinux_{glibc[0]}_{glibc[1]}_{machine}"]
+            *(option for platform in platforms for option in ("--platform", platform))]
 
 
 def _upstream(debian_version: str) -> str:
