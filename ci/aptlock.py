@@ -233,7 +233,7 @@ def apt_install_set(index: Index, installed_names: set[str], requested: Iterable
     alternatives is satisfied by a member (or a provider of it) already present, else apt takes the
     first alternative it can install, a real package before a virtual one's provider."""
     chosen = set(installed_names)
-    queue = [name for name in requested]
+    queue = list(requested)
     while queue:
         name = queue.pop(0)
         if name in chosen:
