@@ -39,9 +39,9 @@ build_image() {
   local context
   context=$(mktemp -d -t opforge-context.XXXXXX)
   trap 'rm -rf "$context"' RETURN
-  # The image needs only the toolkit provisioner, not the whole repository.
+  # The image needs only the lock, its checker and the toolkit provisioner, not the whole repository.
   mkdir "$context/ci" "$context/docker"
-  cp "$OPFORGE_REPO"/ci/debian.py "$OPFORGE_REPO"/ci/toolkits.py "$OPFORGE_REPO"/ci/aptlock.py "$context/ci/"
+  (cd "$OPFORGE_REPO" && cp "${OPFORGE_IMAGE_SCRIPTS[@]}" "$context/ci/")
   cp "$OPFORGE_REPO"/docker/apt.lock "$context/docker/"
   local secret=()
   # pip inside the build trusts the host's CA bundle (a TLS-inspecting proxy signs PyPI's replies).

@@ -8,6 +8,9 @@ OPFORGE_REPO=$(dirname "$OPFORGE_DOCKER_DIR")
 OPFORGE_PODMAN_ROOT=${OPFORGE_PODMAN_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/opforge/podman}
 OPFORGE_ENGINE=${OPFORGE_ENGINE:-podman}
 export CONTAINERS_CONF="$OPFORGE_DOCKER_DIR/containers.conf"
+# The scripts the image copies in: the apt lock checker and the toolkit provisioner with what it
+# imports (ci/toolkits.py reads toolkit specs through ci/matrix.py and ci/schema.py).
+OPFORGE_IMAGE_SCRIPTS=(ci/aptlock.py ci/debian.py ci/matrix.py ci/schema.py ci/toolkits.py)
 case "$OPFORGE_ENGINE" in
   podman|docker) ;;
   *) echo "opforge: OPFORGE_ENGINE=$OPFORGE_ENGINE: expected podman or docker" >&2; exit 2 ;;
@@ -40,8 +43,8 @@ opforge_image_exists() {
 opforge_image() {
   local hash
   # (the Dockerfile carries every pin from matrix.yaml; the lock and scripts are what it copies in)
-  hash=$(cd "$OPFORGE_REPO" && cat docker/Dockerfile docker/apt.lock ci/aptlock.py ci/debian.py \
-    ci/toolkits.py | sha256sum | cut -c1-12)
+  hash=$(cd "$OPFORGE_REPO" && cat docker/Dockerfile docker/apt.lock "${OPFORGE_IMAGE_SCRIPTS[@]}" \
+    | sha256sum | cut -c1-12)
   echo "localhost/opforge:$hash"
 }
 
