@@ -106,6 +106,33 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def apt_lock(session: nox.Session) -> None:
+    """Resolve docker/apt.lock (every Debian package of the image, exact versions) from the mirror."""
+    session.install(*venvs.tools_requirements(_matrix(), ("python-debian", "pyyaml", "packaging",
+                                                          "pydantic")))
+    session.run("python", "-m", "ci.aptlock", "lock")
+    session.run("python", "-m", "ci.workflows", "--update")   # the Dockerfile carries the pins
+
+
+@nox.session(default=False)
+def container_wheels(session: nox.Session) -> None:
+    """Download every pin a container run of a profile installs into build/container-wheels, for
+    `docker/run.sh --wheels build/container-wheels` (offline): `nox -s container_wheels -- PROFILE`
+    (default tests)."""
+    from ci import aptlock, container
+
+    m = _matrix()
+    profile = session.posargs[0] if session.posargs else "tests"
+    dest = str(container.WHEELS)
+    target = container.target(aptlock.load())
+    for pins in container.requirement_sets(m, profile):   # one resolution per venv's pin list
+        session.run("pip", "download", "-q", "--dest", dest, *target, *pins)
+    session.run("pip", "download", "-q", "--dest", dest, "--no-deps", *target,
+                *container.no_deps_requirements())
+    session.log(f"wheels for profile {profile} in {dest}: docker/run.sh --wheels {dest} ...")
+
+
+@nox.session(default=False)
 def fuzz(session: nox.Session) -> None:
     """Fuzz each target of fuzz/targets/ under ASan/UBSan (atheris for Python), 300 s by default:
     `nox -s fuzz -- --seconds 60 manifest`; report in build/fuzz/report.json."""

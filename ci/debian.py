@@ -44,6 +44,16 @@ def _mirror() -> str:
     raise RuntimeError("opforge: no Debian mirror found in /etc/apt; cannot fetch Debian packages")
 
 
+def security_mirror() -> str:
+    """The mirror of Debian's security suites this machine uses (docker/build.sh adds the same)."""
+    if SYSTEM_SOURCES.exists():
+        for line in SYSTEM_SOURCES.read_text().splitlines():
+            if line.startswith("URIs:") and "security" in line:
+                return line.split(":", 1)[1].strip()
+    raise RuntimeError(f"opforge: no Debian security mirror in {SYSTEM_SOURCES}; cannot lock "
+                       "the image's packages")
+
+
 def _apt_options(state: Path, suite: str) -> list[str]:
     sources = state / f"{suite}.sources"
     if not sources.exists():

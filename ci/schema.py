@@ -233,7 +233,16 @@ TensorrtRelease = _section("TensorrtRelease", cuda_majors=(tuple[VersionText, ..
 Suite = _section("Suite", torch=(StrictStr, Field(description="a torch release of torch:")),
                  ort=(StrictStr, Field(description="an ONNX Runtime release of ort:")),
                  oldest_ort_of=(StrictStr, Field(description="a profile name")))
-Container = _section("Container", debian=(StrictStr, Field(description="a Debian release")))
+DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9.+-]+")
+IMAGE_BY_DIGEST = re.compile(r"[a-z0-9./_:-]+@sha256:[0-9a-f]{64}")
+DebianPackageName = Annotated[str, _checked(lambda value: isinstance(value, str) and DEBIAN_PACKAGE.fullmatch(
+    value), "a Debian package name (no version: docker/apt.lock holds the versions)")]
+ImageByDigest = Annotated[str, _checked(lambda value: isinstance(value, str) and IMAGE_BY_DIGEST.fullmatch(
+    value), "an image pinned by digest, NAME[:TAG]@sha256:<64 hex digits>")]
+Container = _section(
+    "Container", debian=(StrictStr, Field(description="a Debian release")),
+    apt=(tuple[DebianPackageName, ...], Field((), description="a list of Debian package names")),
+    alternative_base=(Optional[ImageByDigest], None))
 
 
 class Rule(Section):

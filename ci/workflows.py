@@ -22,19 +22,20 @@ import hashlib
 import json
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 try:
+    from ci import aptlock, toolkits
     from ci import matrix as mx
-    from ci import toolkits
     from ci.bootstrap import NEEDED as BOOTSTRAP_TOOLS
     from ci.executors import Workspace
     from ci.plan import cell_slug
 except ImportError:  # run as a script: python ci/workflows.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from ci import aptlock, toolkits
     from ci import matrix as mx
-    from ci import toolkits
     from ci.bootstrap import NEEDED as BOOTSTRAP_TOOLS  # nox and PyYAML: what runs nox
     from ci.executors import Workspace  # where a run leaves each stage's output folder
     from ci.plan import cell_slug  # the job id; `nox -s matrix -- --cell ID` reruns that job
@@ -404,10 +405,14 @@ def dockerfile(matrix: mx.Matrix, template: Path = TEMPLATE) -> str:
         raise GenerateError("matrix.yaml: container.debian: expected the base image's Debian "
                             f"release (e.g. bookworm), got {container!r}")
     ort = matrix.data["sources"]["ort_headers"]
+    lock = _apt_lock(matrix, container)
     values: dict[str, Callable[[], str]] = {
         "GENERATED": lambda: "Generated from docker/opforge.Dockerfile.in and matrix.yaml by "
                              "`python -m ci.workflows --update`; do not edit.",
         "DEBIAN": lambda: container["debian"],
+        "APT_INDEXES": lambda: "\n".join(f"#   {suite} {version}, {date}"
+                                         for suite, version, date in lock.indexes),
+        "APT_PINS": lambda: _continued(lock.pins("image"), indent=6),
         "PIP": lambda: " ".join(_pin(matrix, name) for name in BOOTSTRAP_TOOLS),
         "TOOLKITS": lambda: _toolkit_layers(matrix),
         "ORT_SUITE": lambda: ort["debian_suite"],
@@ -423,6 +428,26 @@ def dockerfile(matrix: mx.Matrix, template: Path = TEMPLATE) -> str:
         return values[name]()
 
     return PLACEHOLDER.sub(fill, template.read_text())
+
+
+def _apt_lock(matrix: mx.Matrix, container: Mapping) -> aptlock.Lock:
+    """docker/apt.lock beside the matrix file, refused when it locks another release or apt list."""
+    path = matrix.path.parent / "docker" / "apt.lock"
+    try:
+        lock = aptlock.load(path)
+    except aptlock.LockError as exc:
+        raise GenerateError(str(exc)) from None
+    problem = aptlock.stale(lock, container, "docker/apt.lock")
+    if problem:
+        raise GenerateError(problem)
+    return lock
+
+
+def _continued(words: list[str], indent: int, width: int = 100) -> str:
+    """Shell words wrapped into lines continued with a backslash."""
+    lines = textwrap.wrap(" ".join(words), width=width - indent - 2, break_long_words=False,
+                          break_on_hyphens=False)
+    return " \\\n".join(" " * indent + line for line in lines)
 
 
 def _toolkit_layers(matrix: mx.Matrix) -> str:

