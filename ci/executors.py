@@ -209,9 +209,7 @@ def wheel(job: Job, ws: Workspace) -> Result:
                     outputs={"wheels": [c["wheel"] for c in checks if c.get("wheel")]})
     result.detail = "; ".join(c["summary"] for c in checks)
     result.numbers = {f"{c['name']}.ok": int(c["ok"]) for c in checks}
-    # what the release step publishes (ci/release.py): these files, byte for byte
-    job.work.mkdir(parents=True, exist_ok=True)
-    (job.work / "wheels.json").write_text(json.dumps(result.outputs["wheels"], indent=1) + "\n")
+    wheels.write_listing(job.work, result.outputs["wheels"])
     return result
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ci import index, venvs
+from ci import index, venvs, wheels
 from ci import matrix as mx
 from ci.plan import key_hash, key_text
 
@@ -90,9 +90,9 @@ def variant_wheels(matrix: mx.Matrix, out: Path, variants: set[str]) -> dict[str
             raise ReleaseError(f"{out / 'report.json'}: the wheel stage of {cell.id} is "
                                f"{status.get(cell.id, 'missing')}, expected pass (report.md says why)")
         key = key_hash(key_text(mx.stage_key(matrix, "wheel", cell)))
-        listing = out / "work" / "wheel" / key / "wheels.json"
+        listing = out / "work" / "wheel" / key / wheels.LISTING
         try:
-            found.setdefault(cell.variant, []).extend(map(Path, json.loads(listing.read_text())))
+            found.setdefault(cell.variant, []).extend(wheels.read_listing(listing.parent))
         except (OSError, ValueError) as exc:
             raise ReleaseError(f"{listing}: expected the wheel stage's list of repaired wheels "
                                f"({exc})") from None

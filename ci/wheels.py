@@ -8,6 +8,7 @@ library at library_path().
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import shutil
 import subprocess
@@ -27,6 +28,19 @@ SMOKE = {
     "opforge_loader": "import os, opforge_loader; assert os.path.isfile(opforge_loader.library_path())",
     "opforge_trt": "import os, opforge_trt; assert os.path.isfile(opforge_trt.library_path())",
 }
+
+
+LISTING = "wheels.json"   # in the wheel stage's work folder: the repaired wheels of its cell
+
+
+def write_listing(work: Path, repaired: list[str]) -> None:
+    """What the release step publishes (ci/release.py): these files, byte for byte."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / LISTING).write_text(json.dumps(repaired, indent=1) + "\n")
+
+
+def read_listing(work: Path) -> list[Path]:
+    return [Path(p) for p in json.loads((work / LISTING).read_text())]
 
 
 def _run(command: list[str], log: Path, **kw) -> subprocess.CompletedProcess:
