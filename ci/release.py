@@ -249,8 +249,8 @@ def smoke_cross_torch(out: Path, default: str, cuda_variant: str, wheels: dict[s
     probe = "import torch, opforge_torch; print(torch.__version__, opforge_torch.build_info()['torch_built_against'])"
     shown = subprocess.run([str(python), "-c", probe], capture_output=True, text=True).stdout.split()
     return {"variant": f"{default} in {cuda_variant}", "ok": True, "seconds": round(time.monotonic() - started),
-            "steps": [f"opforge-torch {version} built against torch {shown[1] if len(shown) > 1 else '?'} "
-                      f"runs the quick start on torch {shown[0] if shown else '?'}"]}
+            "steps": [(f"opforge-torch {version} built against torch {shown[1] if len(shown) > 1 else '?'} "
+                      f"runs the quick start on torch {shown[0] if shown else '?'}")]}
 
 
 # ---------------------------------------------------------------------------------------- report

@@ -175,7 +175,7 @@ def test_pip_resolves_the_label_from_the_index(built, tmp_path):
 def test_index_refuses_what_is_not_a_distribution(tmp_path):
     stray = tmp_path / "notes.txt"
     stray.write_text("x")
-    with pytest.raises(index.IndexFileError, match="notes.txt: not a wheel or sdist file name"):
+    with pytest.raises(index.IndexFileError, match=r"notes\.txt: not a wheel or sdist file name"):
         index.write_index([stray], tmp_path / "ix")
 
 
@@ -185,8 +185,8 @@ def test_index_refuses_what_is_not_a_distribution(tmp_path):
 def test_every_wheel_must_be_py3_none():
     assert wheels.tag_problems("opforge_torch-0.1.0+cu130-py3-none-manylinux_2_28_x86_64.whl") == []
     assert wheels.tag_problems("opforge_torch-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl") == [
-        "opforge_torch-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl: tag cp311-cp311, expected "
-        "py3-none (one wheel for every CPython)"]
+        ("opforge_torch-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl: tag cp311-cp311, expected "
+        "py3-none (one wheel for every CPython)")]
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the test libraries")
@@ -201,6 +201,6 @@ def test_a_library_using_python_is_caught(tmp_path):
     dynamic = lambda p: subprocess.run(["readelf", "-d", str(p)], capture_output=True, text=True).stdout  # noqa: E731
     assert wheels.python_link_problems(clean, dynamic(clean), log) == []
     assert wheels.python_link_problems(py, dynamic(py), log) == [
-        "libpy.so.1: 1 undefined Python C-API symbols (e.g. Py_IncRef): it needs the interpreter, "
-        "so py3-none is wrong"]
+        ("libpy.so.1: 1 undefined Python C-API symbols (e.g. Py_IncRef): it needs the interpreter, "
+        "so py3-none is wrong")]
 
