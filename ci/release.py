@@ -244,6 +244,9 @@ def smoke_cross_torch(out: Path, default: str, cuda_variant: str, wheels: dict[s
     started = time.monotonic()
     python = venvs.python(out / "smoke" / cuda_variant)
     version = versions(wheels[default])["opforge-torch"]
+    # `==0.1.0` also matches the installed 0.1.0+cu130 (PEP 440 ignores the label): remove it first
+    if run([str(python), "-m", "pip", "uninstall", "-y", "opforge-torch"], log).returncode != 0:
+        raise ReleaseError(f"pip uninstall opforge-torch in the {cuda_variant} venv failed (see {log})")
     pip_install(python, out / "index" / default, [f"opforge-torch=={version}"], log)
     run_code(python, quick_start(), f"{default} opforge-torch in the {cuda_variant} venv", log)
     probe = "import torch, opforge_torch; print(torch.__version__, opforge_torch.build_info()['torch_built_against'])"
