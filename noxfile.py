@@ -76,12 +76,15 @@ def release(session: nox.Session) -> None:
     """The release profile's variants built and checked by the matrix stages, then dist/ (wheels,
     sdists), one PEP 503 index per variant and the smoke test from each index (ci/release.py).
 
-    `nox -s release -- --only variant=cpu,cu130` builds those variants only."""
+    `nox -s release -- --only variant=cpu,cu130` builds those variants only; `--share-torch`
+    (given to the release step) links the CUDA torch into the smoke venvs where disk is short."""
     from ci import release as rel
 
-    _engine(session, "--profile", "release", *session.posargs, out="release")
-    only = next((a.split("=", 1)[1] for a in session.posargs if a.startswith("variant=")), "")
-    if rel.main(["--out", str(REPO / "build" / "release"), "--variants", only]) != 0:
+    share = ["--share-torch"] if "--share-torch" in session.posargs else []
+    posargs = [a for a in session.posargs if a != "--share-torch"]
+    _engine(session, "--profile", "release", *posargs, out="release")
+    only = next((a.split("=", 1)[1] for a in posargs if a.startswith("variant=")), "")
+    if rel.main(["--out", str(REPO / "build" / "release"), "--variants", only, *share]) != 0:
         session.error("release: the step after the stages failed (the line above says why; "
                       "build/release/logs/release.log)")
 
