@@ -134,10 +134,11 @@ def spec_wheel(sdists: list[Path], dist: Path, log: Path) -> Path:
 
 
 def _clean_env() -> dict[str, str]:
-    """The build inputs a user would not have set (a stray OPFORGE_* must not change an sdist)."""
+    """Without opforge's build inputs (a stray OPFORGE_* must not change an sdist or a smoke
+    test); pip's own settings stay, as a user's would."""
     import os
 
-    return {k: v for k, v in os.environ.items() if not k.startswith(("OPFORGE_", "PIP_"))}
+    return {k: v for k, v in os.environ.items() if not k.startswith("OPFORGE_")}
 
 
 # ------------------------------------------------------------------------------------- layout
