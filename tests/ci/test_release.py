@@ -204,3 +204,26 @@ def test_a_library_using_python_is_caught(tmp_path):
         ("libpy.so.1: 1 undefined Python C-API symbols (e.g. Py_IncRef): it needs the interpreter, "
         "so py3-none is wrong")]
 
+
+
+# ---------------------------------------------------------------------------------- release step
+
+
+def test_the_smoke_test_runs_the_readme_quick_start():
+    from ci import release
+
+    code = release.quick_start()
+    compile(code, "README.md quick start", "exec")
+    assert "opforge_ort.library_path()" in code and "opforge_torch.rms_norm" in code
+
+
+@pytest.mark.parametrize("name, shared", [
+    ("torch", True), ("torch-2.14.1.dist-info", True), ("torchgen", True), ("triton", True),
+    ("nvidia_cublas-13.1.1.3.dist-info", True), ("cuda_bindings-13.5.0.dist-info", True),
+    ("nvidia", True), ("torchvision", False), ("numpy", False), ("onnxruntime", False),
+    ("opforge_torch", False),
+])
+def test_share_torch_links_torch_and_its_cuda_wheels_only(name, shared):
+    from ci import release
+
+    assert bool(release.TORCH_FILES.match(name)) is shared
