@@ -9,6 +9,7 @@ profiles of matrix.yaml; their reports go to build/<session>/report.md.
     nox -s matrix -- --cell <CI job id> --skip-slow
     nox -s tests                      # the test suite (profile tests; CI runs this)
     nox -s bench -- --reps 5          # the full benchmarks; arguments go to bench/run.py
+    nox -s release                    # the variants we ship: build/release/{dist,index/<variant>/simple}
     nox -s fuzz -- --seconds 60       # every fuzz target (fuzz/README.md), 300 s each by default
 """
 from __future__ import annotations
@@ -68,6 +69,24 @@ def wheels(session: nox.Session) -> None:
 
     Profile wheels; the repaired wheels land in build/wheels/work/wheel/<hash>/repaired/."""
     _engine(session, "--profile", "wheels", *session.posargs, out="wheels")
+
+
+@nox.session(venv_backend="none", default=False)
+def release(session: nox.Session) -> None:
+    """The release profile's variants built and checked by the matrix stages, then dist/ (wheels,
+    sdists), one PEP 503 index per variant and the smoke test from each index (ci/release.py).
+
+    `nox -s release -- --only variant=cpu,cu130` builds those variants only; `--share-torch`
+    (given to the release step) links the CUDA torch into the smoke venvs where disk is short."""
+    from ci import release as rel
+
+    share = ["--share-torch"] if "--share-torch" in session.posargs else []
+    posargs = [a for a in session.posargs if a != "--share-torch"]
+    _engine(session, "--profile", "release", *posargs, out="release")
+    only = next((a.split("=", 1)[1] for a in posargs if a.startswith("variant=")), "")
+    if rel.main(["--out", str(REPO / "build" / "release"), "--variants", only, *share]) != 0:
+        session.error("release: the step after the stages failed (the line above says why; "
+                      "build/release/logs/release.log)")
 
 
 @nox.session(venv_backend="none", default=False)

@@ -224,6 +224,7 @@ def wheel(job: Job, ws: Workspace) -> Result:
                     outputs={"wheels": [c["wheel"] for c in checks if c.get("wheel")]})
     result.detail = "; ".join(c["summary"] for c in checks)
     result.numbers = {f"{c['name']}.ok": int(c["ok"]) for c in checks}
+    wheels.write_listing(job.work, result.outputs["wheels"])
     return result
 
 
@@ -295,11 +296,13 @@ def xdist_args(job: Job) -> list[str]:
 def build_env(job: Job, ws: Workspace) -> dict[str, str]:
     env = {"MAX_JOBS": "2", "CMAKE_BUILD_PARALLEL_LEVEL": "2",
            "OPFORGE_ORT_INCLUDE_DIR": ws.ort_include(job.matrix), "OPFORGE_CUDA_HOME": "",
-           "OPFORGE_CUDA_ARCHS": ""}
+           "OPFORGE_CUDA_ARCHS": "", "OPFORGE_LOCAL_VERSION": ""}
     if mx.builds_cuda(job.matrix, job.stage, job.cell):
         env.update(ws.toolkit(job.matrix, job.cell.values["toolkit"]))
         env["OPFORGE_CUDA_ARCHS"] = job.cell.values["arch_list"]
         env["TORCH_CUDA_ARCH_LIST"] = job.cell.values["arch_list"]
+        # the variant's label (0.1.0+cu130): a documented build input of every CUDA package
+        env["OPFORGE_LOCAL_VERSION"] = job.cell.label
     return env
 
 

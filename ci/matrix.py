@@ -44,12 +44,15 @@ MAX_DEPTH = 32
 class Cell:
     values: Mapping[str, str]      # axis -> value, in AXES order
     settings: Mapping[str, Any]
-    cpu_builds: bool = False       # its profile's cpu_builds (issue 9)
+    cpu_builds: bool = False       # its profile's (or variant's) cpu_builds (issue 9)
+    variant: str = ""              # the release variant it builds (profile `variants:`)
+    label: str = ""                # its CUDA builds' local version label ("" for the default)
     gpu: bool = False              # its profile's gpu: ORT venvs install onnxruntime-gpu
 
     @property
     def id(self) -> str:
-        return " ".join(f"{axis}={self.values[axis]}" for axis in AXES)
+        axes = " ".join(f"{axis}={self.values[axis]}" for axis in AXES)
+        return f"{axes} variant={self.variant}" if self.variant else axes
 
     def matches(self, filters: Mapping[str, set[str]]) -> bool:
         return all(self.values[axis] in wanted for axis, wanted in filters.items())
@@ -293,6 +296,8 @@ def _key_pairs(matrix: Matrix, stage: Stage, cell: Cell, done: dict[str, set]) -
     if stage.kind == "build" and not builds_cuda(matrix, stage, cell):
         axes = [a for a in axes if a not in ("toolkit", "arch_list")]
     pairs.update((axis, cell.values[axis]) for axis in axes)
+    if stage.kind == "build" and cell.label and builds_cuda(matrix, stage, cell):
+        pairs.add(("label", cell.label))   # the label is in the wheel's name and metadata
     pairs.update((f"setting.{s}", str(cell.settings[s])) for s in stage.placeholders()
                  if s in matrix.settings)
     for before in stage.after if stage.key == "full" else ():
@@ -323,8 +328,29 @@ def expand(matrix: Matrix, profile: str) -> tuple[list[Cell], list[Excluded]]:
     if profile not in matrix.profiles:
         raise MatrixError("profiles", f"{profile}: unknown profile (known: "
                           f"{', '.join(matrix.profiles)})")
-    chosen = matrix.profiles[profile].values
     cells, excluded = [], []
+    for chosen, cell in _variant_axes(matrix.profiles[profile]):
+        _expand_into(matrix, chosen, cell, cells, excluded)
+    return cells, excluded
+
+
+def _variant_axes(profile: Any) -> list[tuple[dict[str, tuple[str, ...]], Cell]]:
+    """(axis values, a template cell) per variant built (one, without variants)."""
+    if not profile.variants:
+        return [(profile.values, Cell({}, {}, profile.cpu_builds, gpu=profile.gpu))]
+    out = []
+    for name, variant in profile.variants.items():
+        if variant.skip:
+            continue
+        values = {axis: tuple(getattr(variant, axis, None) or chosen)
+                  for axis, chosen in profile.values.items()}
+        out.append((values, Cell({}, {}, variant.cpu_builds, name, "" if variant.default else name,
+                                 gpu=profile.gpu)))
+    return out
+
+
+def _expand_into(matrix: Matrix, chosen: Mapping[str, tuple[str, ...]], template: Cell,
+                 cells: list[Cell], excluded: list[Excluded]) -> None:
     for combo in itertools.product(*(chosen[axis] for axis in AXES)):
         values = dict(zip(AXES, combo))
         settings = dict(matrix.settings)
@@ -340,9 +366,7 @@ def expand(matrix: Matrix, profile: str) -> tuple[list[Cell], list[Excluded]]:
         if reason:
             excluded.append(reason)
         else:
-            cells.append(Cell(values, settings, matrix.profiles[profile].cpu_builds,
-                              matrix.profiles[profile].gpu))
-    return cells, excluded
+            cells.append(dataclasses.replace(template, values=values, settings=settings))
 
 
 def check_profile(matrix: Matrix, profile: str) -> None:
@@ -352,7 +376,7 @@ def check_profile(matrix: Matrix, profile: str) -> None:
         rules = sorted({e.rule for e in excluded})
         raise MatrixError(where, f"admits no cell (every combination is excluded by "
                           f"{', '.join(rules)})")
-    for axis, values in matrix.profiles[profile].values.items():
+    for axis, values in _declared_values(matrix.profiles[profile]).items():
         for value in values:
             if any(c.values[axis] == value for c in cells):
                 continue
@@ -361,6 +385,15 @@ def check_profile(matrix: Matrix, profile: str) -> None:
             rule = next(r for r in matrix.rules if r.id == top)
             raise MatrixError(f"{where}.{axis}", f"{value}: no cell admits it (rule {rule.id}: "
                               f"{rule.why})")
+
+
+def _declared_values(profile: Any) -> dict[str, set[str]]:
+    """The axis values some built variant (or the profile itself) uses: each must admit a cell."""
+    out: dict[str, set[str]] = {}
+    for chosen, _ in _variant_axes(profile):
+        for axis, values in chosen.items():
+            out.setdefault(axis, set()).update(values)
+    return {axis: sorted(values) for axis, values in out.items()}
 
 
 def parse_filters(items: list[str], matrix: Matrix) -> dict[str, set[str]]:

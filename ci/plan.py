@@ -41,6 +41,7 @@ class Only:
     axes: Mapping[str, set[str]]
     stages: frozenset[str] = frozenset()
     packages: frozenset[str] = frozenset()
+    variants: frozenset[str] = frozenset()
 
 
 def key_text(key: tuple) -> str:
@@ -55,8 +56,9 @@ def cell_slug(cell: mx.Cell) -> str:
     """A CI job id: 'cuda-13.0-pypi_torch2.14.1_sm80-90_opset17_ort1.17.3_trt10.14'."""
     values = cell.values
     archs = "-".join(arch.replace(".", "") for arch in values["arch_list"].split(";"))
-    return (f"{values['toolkit']}_torch{values['torch']}_sm{archs}_opset{values['opset']}"
+    slug = (f"{values['toolkit']}_torch{values['torch']}_sm{archs}_opset{values['opset']}"
             f"_ort{values['ort']}_trt{values['tensorrt']}")
+    return f"{slug}_{cell.variant}" if cell.variant else slug
 
 
 # ------------------------------------------------------------------------------------- selection
@@ -66,22 +68,26 @@ def parse_only(items: Iterable[str], matrix: mx.Matrix) -> Only:
     """`torch=2.14.1 stage=unit-ort,align package=loader` -> Only; unknown names are errors."""
     stages: set[str] = set()
     packages: set[str] = set()
+    variants: set[str] = set()
     axis_items = []
     known_packages = sorted({s.package for s in matrix.stages.values() if s.package})
+    known_variants = sorted({v for p in matrix.profiles.values() for v in (p.variants or {})})
     for item in items:
         field, _, values = item.partition("=")
         if field == "stage":
             stages |= _known(item, values, list(matrix.stages), "stage")
         elif field == "package":
             packages |= _known(item, values, known_packages, "package")
+        elif field == "variant":
+            variants |= _known(item, values, known_variants, "variant")
         else:
             axis_items.append(item)
     try:
         axes = mx.parse_filters(axis_items, matrix)
     except mx.MatrixError as exc:
         raise mx.MatrixError("--only", exc.problem.replace(
-            "with AXIS one of", "with AXIS stage, package or one of")) from None
-    return Only(axes, frozenset(stages), frozenset(packages))
+            "with AXIS one of", "with AXIS stage, package, variant or one of")) from None
+    return Only(axes, frozenset(stages), frozenset(packages), frozenset(variants))
 
 
 def _known(item: str, values: str, known: list[str], what: str) -> set[str]:
@@ -128,7 +134,8 @@ def select(matrix: mx.Matrix, profile: str, *, only: Iterable[str] = (), cell_id
             raise mx.MatrixError("--cell", f"{cell_id!r}: no cell of profile {profile} has this id "
                                  f"(known: {', '.join(slugs)})")
         cells = [cells[slugs.index(cell_id)]]
-    cells = [c for c in cells if c.matches(parsed.axes)]
+    cells = [c for c in cells if c.matches(parsed.axes)
+             and (not parsed.variants or c.variant in parsed.variants)]
     excluded = [e for e in excluded if all(e.values[a] in v for a, v in parsed.axes.items())]
     if not cells:
         raise mx.MatrixError("--only", f"no cell of profile {profile} matches "
@@ -186,13 +193,20 @@ def skip_reason(matrix: mx.Matrix, host: hostprobe.Host, stage: mx.Stage, cell: 
                 repo: Path, row: Mapping[str, Planned], skip_slow: bool) -> str | None:
     if skip_slow and stage.slow:
         return SLOW_REASON
-    reason = hostprobe.decide(matrix, host, stage, cell, repo)
+    reason = hostprobe.decide(matrix, host, stage, cell, repo) or cpu_variant_reason(stage, cell)
     if reason is None and stage.tests and not (repo / stage.tests).is_dir():
         reason = f"{stage.tests} not present yet"
     if reason is not None:
         return reason
     return blocked_by(stage, {b: row[b].action == "skip" for b in stage.after},
                       {b: row[b].reason for b in stage.after})
+
+
+def cpu_variant_reason(stage: mx.Stage, cell: mx.Cell) -> str | None:
+    """A CPU-only release variant ships no package that cannot be built without CUDA."""
+    if cell.variant and cell.cpu_builds and stage.kind == "build" and stage.cuda == "required":
+        return f"variant {cell.variant} ships CPU builds only; {stage.package} needs CUDA"
+    return None
 
 
 def blocked_by(stage: mx.Stage, missing: Mapping[str, bool], why: Mapping[str, str]) -> str | None:

@@ -324,6 +324,39 @@ class Stage:
         return self
 
 
+VARIANT_NAME = re.compile(r"[a-z0-9]+")   # also the wheels' PEP 440 local version label
+
+
+class Variant(Section):
+    """A build variant a release ships (profile `variants:`): the profile's axis values with these
+    overrides; its wheels carry the local version label `+<name>` unless it is the default."""
+
+    unknown: ClassVar[str] = "unknown key"
+    description: StrictStr = ""
+    toolkit: Optional[AxisValues] = None
+    torch: Optional[AxisValues] = None
+    arch_list: Optional[AxisValues] = None
+    cpu_builds: StrictBool = False
+    default: StrictBool = False     # plain version (no label): the variant for PyPI
+    skip: Optional[StrictStr] = Field(None, description="why the variant is declared but not built")
+
+
+def _variant_names(variants: dict | None) -> dict | None:
+    if variants is None:
+        return None
+    for name in variants:
+        if not VARIANT_NAME.fullmatch(name):
+            raise _refuse(f"{name!r}: a variant name is its wheels' local version label: "
+                          "lower-case letters and digits, e.g. cu130")
+    defaults = [name for name, variant in variants.items() if variant.default]
+    if len(defaults) != 1:
+        raise _refuse(f"expected exactly one variant with default: true, got {len(defaults)}"
+                      + (f" ({', '.join(defaults)})" if defaults else ""))
+    if variants[defaults[0]].skip:
+        raise _refuse(f"the default variant {defaults[0]} cannot be skipped")
+    return variants
+
+
 class Profile(Section):
     """Axis values (the cells: their product less what the rules exclude); its name is its key."""
 
@@ -340,6 +373,9 @@ class Profile(Section):
     stages: Optional[tuple[StrictStr, ...]] = Field(None, description="a list of stage names")
     cpu_builds: StrictBool = False
     gpu: StrictBool = False    # its ORT venvs install the ort values' gpu_packages
+    # a release: its cells are the union of each variant's (the profile's values, overridden)
+    variants: Annotated[Optional[dict[StrictStr, Variant]], AfterValidator(_variant_names)] = \
+        Field(None, description="a mapping of variant names to variants")
 
     @field_validator(*AXES, "stages")
     @classmethod
@@ -568,6 +604,13 @@ def _check_profiles(profiles: Mapping[str, Profile], axes: Mapping,
                 if value not in axes[axis]:
                     raise MatrixError(f"profiles.{name}.{axis}", f"{value}: unknown {axis} value "
                                       f"(known: {', '.join(axes[axis])})")
+        for variant_name, variant in (profile.variants or {}).items():
+            for axis in ("toolkit", "torch", "arch_list"):
+                for value in getattr(variant, axis) or ():
+                    if value not in axes[axis]:
+                        raise MatrixError(f"profiles.{name}.variants.{variant_name}.{axis}",
+                                          f"{value}: unknown {axis} value (known: "
+                                          f"{', '.join(axes[axis])})")
         for index, stage in enumerate(profile.stages or ()):
             where = f"profiles.{name}.stages[{index}]"
             if stage not in stages:

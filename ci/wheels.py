@@ -1,13 +1,14 @@
 """Repair wheels with auditwheel (third-party runtimes excluded), check their libraries, smoke-test.
 
-Checks per repaired wheel: the platform tag is manylinux (not linux_x86_64); every shared library
-has SONAME lib<name>.so.<major> equal to its file name, exports no C++ symbol and its entry
-points; no third-party runtime was grafted in; a fresh venv imports the package and finds the
+Checks per repaired wheel: the platform tag is manylinux (not linux_x86_64), the rest py3-none;
+every shared library has SONAME lib<name>.so.<major> equal to its file name, exports no C++ symbol
+and its entry points, links no libpython and leaves no Python C-API symbol undefined; no third-party runtime was grafted in; a fresh venv imports the package and finds the
 library at library_path().
 """
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 import shutil
 import subprocess
@@ -27,6 +28,19 @@ SMOKE = {
     "opforge_loader": "import os, opforge_loader; assert os.path.isfile(opforge_loader.library_path())",
     "opforge_trt": "import os, opforge_trt; assert os.path.isfile(opforge_trt.library_path())",
 }
+
+
+LISTING = "wheels.json"   # in the wheel stage's work folder: the repaired wheels of its cell
+
+
+def write_listing(work: Path, repaired: list[str]) -> None:
+    """What the release step publishes (ci/release.py): these files, byte for byte."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / LISTING).write_text(json.dumps(repaired, indent=1) + "\n")
+
+
+def read_listing(work: Path) -> list[Path]:
+    return [Path(p) for p in json.loads((work / LISTING).read_text())]
 
 
 def _run(command: list[str], log: Path, **kw) -> subprocess.CompletedProcess:
@@ -69,11 +83,34 @@ def check_library(path: Path, log: Path) -> list[str]:
     if leaked:
         problems.append(f"{path.name}: exports {len(leaked)} C++ symbols (e.g. {leaked[0]}); "
                         "build with -fvisibility=hidden and a version script")
+    problems += python_link_problems(path, dynamic, log)
     stem = path.name.split(".so")[0] + ".so"
     missing = sorted(ENTRY_POINTS.get(stem, set()) - exported)
     if missing:
         problems.append(f"{path.name}: entry point {', '.join(missing)} not exported")
     return problems
+
+
+def python_link_problems(path: Path, dynamic: str, log: Path) -> list[str]:
+    """Our libraries never link Python (what makes their py3-none wheels valid for every CPython):
+    no libpython NEEDED, no Py*/_Py* symbol left undefined."""
+    problems = [f"{path.name}: NEEDED {name}: a py3-none wheel's library must not link Python"
+                for name in re.findall(r"\(NEEDED\)\s+Shared library: \[(libpython[^\]]*)\]", dynamic)]
+    undefined = _run(["nm", "-D", "--undefined-only", str(path)], log).stdout.split()
+    python_symbols = sorted({s.split("@")[0] for s in undefined if re.match(r"_?Py[A-Z_]", s)})
+    if python_symbols:
+        problems.append(f"{path.name}: {len(python_symbols)} undefined Python C-API symbols (e.g. "
+                        f"{python_symbols[0]}): it needs the interpreter, so py3-none is wrong")
+    return problems
+
+
+def tag_problems(wheel_name: str) -> list[str]:
+    """Every opforge wheel is py3-none-<platform>: none of the libraries uses Python's C API."""
+    from packaging.utils import parse_wheel_filename
+
+    tags = parse_wheel_filename(wheel_name)[3]
+    wrong = sorted(f"{t.interpreter}-{t.abi}" for t in tags if (t.interpreter, t.abi) != ("py3", "none"))
+    return [f"{wheel_name}: tag {wrong[0]}, expected py3-none (one wheel for every CPython)"] if wrong else []
 
 
 def bundled_runtimes(wheel: Path) -> list[str]:
@@ -121,6 +158,7 @@ def repair_and_check(wheels: list[str], out: Path, tools: Path, log: Path,
         if "linux_x86_64" in repaired.name and "manylinux" not in repaired.name:
             problems.append(f"tag {repaired.name} is not manylinux")
         problems += [f"bundles {lib}" for lib in bundled_runtimes(repaired)]
+        problems += tag_problems(repaired.name)
         unpacked = out / "unpacked" / name
         shutil.rmtree(unpacked, ignore_errors=True)
         with zipfile.ZipFile(repaired) as archive:

@@ -6,7 +6,12 @@ Knobs (environment):
                         each, PTX for the highest (or for the entries marked "+PTX", if any)
   OPFORGE_KERNELS_INCLUDE_DIR  kernels/include of the shared math (default: the checkout's, then
                         the installed opforge_spec's)
+  OPFORGE_LOCAL_VERSION the variant's local version label, e.g. "cu130" -> version 0.1.0+cu130
+                        (unset or empty: the plain version, the default variant's)
   MAX_JOBS              parallel compile jobs (default 2)
+
+The wheel is tagged py3-none-<platform>: the library links LibTorch's stable C ABI, never Python,
+so one wheel serves every CPython the torch release supports.
 """
 
 import json
@@ -16,12 +21,14 @@ import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.bdist_wheel import bdist_wheel
 
 HERE = Path(__file__).resolve().parent
 LIB_NAME = "libopforge_torch.so.1"
 # Oldest torch whose stable ABI has what the kernels need (parallel_for, empty/new_zeros, contiguous, to).
 TORCH_MIN = (2, 10)
 DEFAULT_ARCHS = "8.0;9.0"
+VERSION = "0.1.0"
 
 
 def log(msg):
@@ -128,9 +135,21 @@ def kernels_include():
 
 
 def toolkit_include_dirs():
-    """torch's pip CUDA headers (cuBLAS & co.) that a bare system toolkit may lack."""
+    """The toolkit's headers first, then torch's pip CUDA headers (cuBLAS & co.) that a bare
+    system toolkit may lack: nvcc refuses runtime headers newer than itself (torch cu132's with
+    nvcc 13.0: `CUDA compiler and CUDA toolkit headers are incompatible`)."""
     site = Path(torch.__file__).resolve().parent.parent / "nvidia"
-    return [str(p) for p in (site / "cu13" / "include", site / "cu12" / "include") if p.is_dir()]
+    pip_dirs = [str(p) for p in (site / "cu13" / "include", site / "cu12" / "include") if p.is_dir()]
+    return [str(Path(CUDA_HOME) / "include"), *pip_dirs]
+
+
+def package_version():
+    """VERSION, plus OPFORGE_LOCAL_VERSION as a PEP 440 local label (0.1.0+cu130)."""
+    label = os.environ.get("OPFORGE_LOCAL_VERSION", "").strip()
+    if label and not re.fullmatch(r"[a-z0-9]+(\.[a-z0-9]+)*", label):
+        sys.exit(f"opforge-torch: OPFORGE_LOCAL_VERSION: expected a local version label such as "
+                 f"cu130 (lower-case letters, digits, dots), got '{label}'")
+    return f"{VERSION}+{label}" if label else VERSION
 
 
 def variant(cuda):
@@ -189,6 +208,14 @@ def extension(with_cuda):
     )
 
 
+class PurePlatformWheel(bdist_wheel):
+    """py3-none-<platform>: the library links no libpython (the wheel stage checks it)."""
+
+    def get_tag(self):
+        _, _, platform = super().get_tag()
+        return "py3", "none", platform
+
+
 class BuildLibrary(cpp_extension.BuildExtension):
     """Names the output libopforge_torch.so.1 and writes _build_info.json beside it."""
 
@@ -219,6 +246,8 @@ log(
 )
 
 setup(
+    version=package_version(),
     ext_modules=[extension(WITH_CUDA)],
-    cmdclass={"build_ext": BuildLibrary.with_options(no_python_abi_suffix=True)},
+    cmdclass={"build_ext": BuildLibrary.with_options(no_python_abi_suffix=True),
+              "bdist_wheel": PurePlatformWheel},
 )

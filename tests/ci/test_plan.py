@@ -21,7 +21,7 @@ def test_only_takes_stages_packages_and_axis_values(matrix):
 @pytest.mark.parametrize("item, named", [
     ("stage=unit-ortt", "unknown stage 'unit-ortt' (known: build-torch, build-ort,"),
     ("package=nope", "unknown package 'nope' (known: align, loader, ort_plugin, torch_ext, trt_plugin)"),
-    ("gpu=yes", "expected AXIS=VALUE[,VALUE] with AXIS stage, package or one of toolkit, torch"),
+    ("gpu=yes", "expected AXIS=VALUE[,VALUE] with AXIS stage, package, variant or one of toolkit, torch"),
 ])
 def test_only_errors_name_the_valid_choices(matrix, item, named):
     with pytest.raises(mx.MatrixError, match="--only") as caught:

@@ -85,5 +85,7 @@ def test_mismatched_torch_is_refused_with_both_versions(change, needles):
         pytest.skip("torch is a CUDA 11 build")
     with pytest.raises(ImportError) as err:
         opforge_torch._check_compatible(info)
-    for needle in needles + [info["torch_built_against"]]:
+    wanted = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+    for needle in needles + [info["torch_built_against"], f"<opforge index>/{wanted}/simple"]:
         assert needle in str(err.value)
+    assert "./packages" not in str(err.value), "a user has wheels, not a checkout"

@@ -15,7 +15,18 @@ __version__ = "0.1.0"
 
 _HERE = Path(__file__).resolve().parent
 _LIB_NAME = "libopforge_torch.so.1"
-_REBUILD = "pip install --no-build-isolation --force-reinstall ./packages/torch_ext"
+
+
+def _variant_fix() -> str:
+    """How to get the build this torch needs: the variant's index (cpu, cu130, ...) or a source
+    build; never a checkout path (users install wheels)."""
+    cuda = torch.version.cuda
+    wanted = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
+    return (f"install the opforge-torch variant for this torch ({wanted}; the variants and their "
+            "indexes: the opforge README, 'Install'): `pip install --force-reinstall "
+            f"--extra-index-url <opforge index>/{wanted}/simple opforge-torch`, or build it "
+            "against this torch: `pip install --force-reinstall --no-build-isolation "
+            "--no-binary opforge-torch opforge-torch`")
 
 
 def library_path() -> str:
@@ -56,15 +67,15 @@ def _check_compatible(info: dict) -> None:
     if _release(torch.__version__) < _release(info["torch_min"]):
         raise ImportError(
             f"opforge_torch: this build ({built}) needs torch >= {info['torch_min']}, "
-            f"but torch {torch.__version__} is installed. Fix: upgrade torch, or rebuild "
-            f"against it: {_REBUILD}"
+            f"but torch {torch.__version__} is installed. Fix: upgrade torch, or "
+            f"{_variant_fix()}"
         )
     if info["cuda"] and _cuda_major(torch.version.cuda) != _cuda_major(info["cuda"]):
         found = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU build"
         raise ImportError(
             f"opforge_torch: this build ({built}) contains CUDA {info['cuda']} kernels, but "
             f"torch {torch.__version__} is {found}. Fix: install a torch built for CUDA "
-            f"{_cuda_major(info['cuda'])}.x, or rebuild against this torch: {_REBUILD}"
+            f"{_cuda_major(info['cuda'])}.x, or {_variant_fix()}"
         )
 
 
@@ -78,7 +89,7 @@ def _load() -> None:
             f"opforge_torch: cannot load {library_path()} (variant {info['variant']}, built "
             f"against torch {info['torch_built_against']}, cxx11_abi={info['cxx11_abi']}) into "
             f"torch {torch.__version__} (cxx11_abi={torch._C._GLIBCXX_USE_CXX11_ABI}): {err}. "
-            f"Fix: {_REBUILD}"
+            f"Fix: {_variant_fix()}"
         ) from err
 
 

@@ -1,0 +1,229 @@
+"""Release variants (profile `variants:`), version labels, the PEP 503 index generator, wheel tags.
+
+The index tests build small real wheels and sdists with pip and read the index back with pip."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import index, wheels
+from ci import matrix as mx
+from ci.plan import plan
+
+REPO = Path(__file__).resolve().parents[2]
+VARIANTS = {
+    "cpu": {"default": True, "cpu_builds": True, "torch": ["2.13.0"]},
+    "cu130": {"torch": ["2.14.1"], "toolkit": ["cuda-13.0-pypi"]},
+    "cu128": {"torch": ["2.10.0"], "skip": "not built here"},
+}
+
+
+def _release(mutated, variants=VARIANTS) -> mx.Matrix:
+    mutated["profiles"]["release"] = {
+        "toolkit": ["cuda-13.0-pypi"], "torch": ["2.14.1"], "arch_list": ["8.0;9.0"],
+        "opset": [21], "ort": ["1.32.0"], "tensorrt": ["10.14"],
+        "stages": ["build-torch", "build-ort", "build-loader", "build-trt", "wheel"],
+        "variants": variants}
+    return mx.parse(mutated)
+
+
+def test_each_built_variant_gives_cells_with_its_label(mutated):
+    cells, _ = mx.expand(_release(mutated), "release")
+    assert [(c.variant, c.label, c.values["torch"], c.cpu_builds) for c in cells] == [
+        ("cpu", "", "2.13.0", True), ("cu130", "cu130", "2.14.1", False)]
+    assert cells[0].id.endswith("variant=cpu"), cells[0].id
+
+
+def test_label_keys_cuda_builds_only(mutated):
+    """The label is part of a CUDA build's key (it is in the wheel); a build without CUDA (the
+    loader) is the same in every variant and runs once."""
+    matrix = _release(mutated)
+    cpu, cu130 = mx.expand(matrix, "release")[0]
+    assert ("label", "cu130") in mx.stage_key(matrix, "build-ort", cu130)
+    assert not [p for p in mx.stage_key(matrix, "build-ort", cpu) if p[0] == "label"]
+    assert mx.stage_key(matrix, "build-loader", cpu) == mx.stage_key(matrix, "build-loader", cu130)
+    assert mx.stage_key(matrix, "wheel", cpu) != mx.stage_key(matrix, "wheel", cu130)
+
+
+def test_cpu_variant_skips_what_needs_cuda(mutated, host):
+    matrix = _release(mutated)
+    cells, _ = mx.expand(matrix, "release")
+    rows = plan(matrix, host, cells, stages=matrix.profiles["release"].stages)
+    assert rows[0]["build-trt"].action == "skip"
+    assert rows[0]["build-trt"].reason == "variant cpu ships CPU builds only; trt_plugin needs CUDA"
+    assert rows[1]["build-trt"].action == "run" and rows[1]["build-loader"].action == "reuse"
+
+
+@pytest.mark.parametrize("variants, where, problem", [
+    ({"cpu": {"default": True}, "cu130": {"default": True}}, "profiles.release.variants",
+     "expected exactly one variant with default: true, got 2 (cpu, cu130)"),
+    ({"CU130": {"default": True}}, "profiles.release.variants",
+     "'CU130': a variant name is its wheels' local version label"),
+    ({"cpu": {"default": True, "skip": "no"}}, "profiles.release.variants",
+     "the default variant cpu cannot be skipped"),
+    ({"cpu": {"default": True, "torch": ["9.9.9"]}}, "profiles.release.variants.cpu.torch",
+     "9.9.9: unknown torch value"),
+    ({"cpu": {"default": True, "flavour": "x"}}, "profiles.release.variants.cpu.flavour",
+     "unknown key"),
+])
+def test_bad_variants_are_refused_naming_the_key(mutated, variants, where, problem):
+    with pytest.raises(mx.MatrixError) as caught:
+        _release(mutated, variants)
+    assert caught.value.where == where, str(caught.value)
+    assert problem in caught.value.problem, str(caught.value)
+
+
+# ------------------------------------------------------------------------------- version labels
+
+
+def _provider(package: str):
+    path = REPO / "packages" / package / "build_support" / "opforge_variant.py"
+    spec = importlib.util.spec_from_file_location(f"opforge_variant_{package}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_plugins_share_one_variant_provider():
+    ort, trt = (REPO / "packages" / p / "build_support" / "opforge_variant.py" for p in ("ort_plugin", "trt_plugin"))
+    assert ort.read_text() == trt.read_text(), "keep the two copies of opforge_variant.py identical"
+
+
+@pytest.mark.parametrize("env, version, extras", [
+    ({}, "0.1.0", {}),
+    ({"OPFORGE_LOCAL_VERSION": "cu130", "OPFORGE_CUDA_HOME": "/cuda"}, "0.1.0+cu130",
+     {"gpu": ["onnxruntime-gpu>=1.17"]}),
+])
+def test_provider_labels_the_version_and_adds_cuda_extras(monkeypatch, env, version, extras):
+    for name in ("OPFORGE_LOCAL_VERSION", "OPFORGE_CUDA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = {"version": "0.1.0", "cuda-extras": {"gpu": ["onnxruntime-gpu>=1.17"]}}
+    assert _provider("ort_plugin").dynamic_metadata(settings, {}) == {
+        "version": version, "optional-dependencies": extras}
+
+
+def test_provider_refuses_a_label_pep440_would_not_take(monkeypatch):
+    monkeypatch.setenv("OPFORGE_LOCAL_VERSION", "CUDA 13")
+    with pytest.raises(ValueError, match="OPFORGE_LOCAL_VERSION: expected a local version label"):
+        _provider("trt_plugin").dynamic_metadata({"version": "0.1.0"}, {})
+
+
+def test_setup_py_and_providers_agree_on_the_base_version():
+    setup = (REPO / "packages" / "torch_ext" / "setup.py").read_text()
+    base = re.search(r'^VERSION = "([^"]+)"', setup, re.M).group(1)
+    for package in ("ort_plugin", "trt_plugin"):
+        text = (REPO / "packages" / package / "pyproject.toml").read_text()
+        assert f'version = "{base}"' in text, f"packages/{package}/pyproject.toml: expected {base}"
+
+
+# ---------------------------------------------------------------------------------------- index
+
+
+def _project(root: Path, name: str, version: str) -> Path:
+    folder = root / f"src-{name}-{version}"
+    (folder / "pkg_mod").mkdir(parents=True)
+    (folder / "pkg_mod" / "__init__.py").write_text("")
+    (folder / "pyproject.toml").write_text(
+        f'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\nrequires-python = ">=3.9"\n')
+    return folder
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> list[Path]:
+    """Real wheels of one project in two versions (plain and +cu130), by pip without isolation."""
+    pytest.importorskip("setuptools")
+    root = tmp_path_factory.mktemp("index-src")
+    out = root / "wheels"
+    for version in ("1.0", "1.0+cu130"):
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "--disable-pip-version-check", "-q", "-w", str(out),
+                        str(_project(root, "Demo_Pkg", version))], check=True)
+    return sorted(out.glob("*.whl"))
+
+
+def test_index_is_pep503_with_hashes(built, tmp_path):
+    listing = index.write_index(built, tmp_path / "cpu")
+    assert listing == {"demo-pkg": sorted(p.name for p in built)}
+    simple = tmp_path / "cpu" / "simple"
+    assert '<a href="demo-pkg/">demo-pkg</a>' in (simple / "index.html").read_text()
+    page = (simple / "demo-pkg" / "index.html").read_text()
+    for wheel in built:
+        assert (f'href="{wheel.name}#sha256={index.sha256(wheel)}" '
+                'data-requires-python="&gt;=3.9"') in page, page
+        assert (simple / "demo-pkg" / wheel.name).read_bytes() == wheel.read_bytes()
+
+
+def test_pip_resolves_the_label_from_the_index(built, tmp_path):
+    """pip reads the generated index as a user's would and picks the labelled build."""
+    index.write_index(built, tmp_path / "cu130")
+    got = tmp_path / "got"
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(got),
+                    "--disable-pip-version-check", "--index-url",
+                    (tmp_path / "cu130" / "simple").as_uri(), "demo-pkg"], check=True)
+    assert [p.name for p in got.iterdir()] == [w.name for w in built if "+cu130" in w.name]
+
+
+def test_index_refuses_what_is_not_a_distribution(tmp_path):
+    stray = tmp_path / "notes.txt"
+    stray.write_text("x")
+    with pytest.raises(index.IndexFileError, match=r"notes\.txt: not a wheel or sdist file name"):
+        index.write_index([stray], tmp_path / "ix")
+
+
+# ----------------------------------------------------------------------------- tags and linking
+
+
+def test_every_wheel_must_be_py3_none():
+    assert wheels.tag_problems("opforge_torch-0.1.0+cu130-py3-none-manylinux_2_28_x86_64.whl") == []
+    assert wheels.tag_problems("opforge_torch-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl") == [
+        ("opforge_torch-0.1.0-cp311-cp311-manylinux_2_34_x86_64.whl: tag cp311-cp311, expected "
+        "py3-none (one wheel for every CPython)")]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the test libraries")
+def test_a_library_using_python_is_caught(tmp_path):
+    for name, body in (("libclean.so.1", "int f(void) { return 1; }"),
+                       ("libpy.so.1", "void Py_IncRef(void *); void f(void *o) { Py_IncRef(o); }")):
+        (tmp_path / "x.c").write_text(body)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / name), str(tmp_path / "x.c")],
+                       check=True)
+    log = tmp_path / "log"
+    clean, py = tmp_path / "libclean.so.1", tmp_path / "libpy.so.1"
+    dynamic = lambda p: subprocess.run(["readelf", "-d", str(p)], capture_output=True, text=True).stdout  # noqa: E731
+    assert wheels.python_link_problems(clean, dynamic(clean), log) == []
+    assert wheels.python_link_problems(py, dynamic(py), log) == [
+        ("libpy.so.1: 1 undefined Python C-API symbols (e.g. Py_IncRef): it needs the interpreter, "
+        "so py3-none is wrong")]
+
+
+
+# ---------------------------------------------------------------------------------- release step
+
+
+def test_the_smoke_test_runs_the_readme_quick_start():
+    from ci import release
+
+    code = release.quick_start()
+    compile(code, "README.md quick start", "exec")
+    assert "opforge_ort.library_path()" in code and "opforge_torch.rms_norm" in code
+
+
+@pytest.mark.parametrize("name, shared", [
+    ("torch", True), ("torch-2.14.1.dist-info", True), ("torchgen", True), ("triton", True),
+    ("nvidia_cublas-13.1.1.3.dist-info", True), ("cuda_bindings-13.5.0.dist-info", True),
+    ("nvidia", True), ("torchvision", False), ("numpy", False), ("onnxruntime", False),
+    ("opforge_torch", False),
+])
+def test_share_torch_links_torch_and_its_cuda_wheels_only(name, shared):
+    from ci import release
+
+    assert bool(release.TORCH_FILES.match(name)) is shared
