@@ -19,9 +19,9 @@ function(opforge_install_library target library who)
 endfunction()
 
 # Every host translation unit of `target` (C++, and the host side of CUDA) force-includes
-# opforge/kernels/glibc_floor.h: the library needs glibc 2.28 at most (manylinux_2_28), whatever
+# opforge/kernels/platform_floor.h: the library needs glibc 2.28 at most (manylinux_2_28), whatever
 # glibc the build machine has.
-function(opforge_glibc_floor target)
-  set(floor "${OPFORGE_KERNELS_INCLUDE_DIR}/opforge/kernels/glibc_floor.h")
+function(opforge_platform_floor target)
+  set(floor "${OPFORGE_KERNELS_INCLUDE_DIR}/opforge/kernels/platform_floor.h")
   target_compile_options(${target} PRIVATE "SHELL:-include \"${floor}\"")
 endfunction()

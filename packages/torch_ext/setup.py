@@ -159,8 +159,8 @@ def extension(with_cuda):
     if not (include / "opforge" / "kernels" / "cpu.h").is_file():
         sys.exit(f"opforge-torch: shared kernels not found at {include} (set OPFORGE_KERNELS_INCLUDE_DIR)")
     target = f"-DTORCH_TARGET_VERSION=0x{TORCH_MIN[0]:02x}{TORCH_MIN[1]:02x}000000000000"
-    # glibc_floor.h: glibc 2.28 is enough at run time (manylinux_2_28), whatever glibc builds it.
-    floor = str(include / "opforge" / "kernels" / "glibc_floor.h")
+    # platform_floor.h: glibc 2.28 is enough at run time (manylinux_2_28), whatever glibc builds it.
+    floor = str(include / "opforge" / "kernels" / "platform_floor.h")
     cxx = ["-O3", "-g0", "-fvisibility=hidden", "-fvisibility-inlines-hidden", target, "-DTORCH_STABLE_ONLY",
            "-include", floor]
     # torch adds -D__CUDA_NO_HALF_CONVERSIONS__ & co. (against clashes with c10::Half, unused here);
