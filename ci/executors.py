@@ -119,6 +119,15 @@ class Workspace:
                 self._toolkits[tid] = dict(found.env)
             return self._toolkits[tid]
 
+    def zig(self, matrix: mx.Matrix, log: Path) -> str:
+        """The zig executable of the pinned ziglang wheel (`tools: ziglang`), in a venv of its own."""
+        venv = venvs.ensure("zig", venvs.tools_requirements(matrix, ("ziglang",)), self.logger(log),
+                            root=self.venv_root)
+        found = sorted(venv.glob("lib/python3*/site-packages/ziglang/zig"))
+        if not found:
+            raise RuntimeError(f"{venv}: the ziglang wheel installed no ziglang/zig executable")
+        return str(found[0])
+
     def ort_include(self, matrix: mx.Matrix) -> str:
         with self._provisioning:
             if self._ort_include is None:
@@ -297,6 +306,8 @@ def build_env(job: Job, ws: Workspace) -> dict[str, str]:
     env = {"MAX_JOBS": "2", "CMAKE_BUILD_PARALLEL_LEVEL": "2",
            "OPFORGE_ORT_INCLUDE_DIR": ws.ort_include(job.matrix), "OPFORGE_CUDA_HOME": "",
            "OPFORGE_CUDA_ARCHS": "", "OPFORGE_LOCAL_VERSION": ""}
+    if "ziglang" in job.stage.tools:  # the package compiles with zig for glibc 2.28 (manylinux_2_28)
+        env["OPFORGE_ZIG"] = ws.zig(job.matrix, job.log)
     if mx.builds_cuda(job.matrix, job.stage, job.cell):
         env.update(ws.toolkit(job.matrix, job.cell.values["toolkit"]))
         env["OPFORGE_CUDA_ARCHS"] = job.cell.values["arch_list"]

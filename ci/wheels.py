@@ -1,8 +1,10 @@
 """Repair wheels with auditwheel (third-party runtimes excluded), check their libraries, smoke-test.
 
-Checks per repaired wheel: the platform tag is manylinux (not linux_x86_64), the rest py3-none;
-every shared library has SONAME lib<name>.so.<major> equal to its file name, exports no C++ symbol
-and its entry points, links no libpython and leaves no Python C-API symbol undefined; no third-party runtime was grafted in; a fresh venv imports the package and finds the
+Checks per repaired wheel: the platform tag is manylinux_2_28 or older (as the torch and
+onnxruntime wheels the libraries run with; a newer one names the symbols that pinned it), the rest
+py3-none; every shared library has SONAME lib<name>.so.<major> equal to its file name, exports no
+C++ symbol and its entry points, links no libpython and leaves no Python C-API symbol undefined;
+no third-party runtime was grafted in; a fresh venv imports the package and finds the
 library at library_path().
 """
 from __future__ import annotations
@@ -20,6 +22,10 @@ EXCLUDES = ("libtorch*.so*", "libc10*.so*", "libcudart.so.*", "libonnxruntime.so
             "libnvinfer*.so*", "libshm.so*", "libgomp*.so*")
 # Entry points a library must export (ARCHITECTURE.md); anything mangled (_Z...) is a leak.
 ENTRY_POINTS = {"libopforge_ort.so": {"RegisterCustomOps"}, "libopforge_trt.so": {"getCreators"}}
+# The newest glibc a wheel may need: manylinux_2_28 (RHEL 8, Debian 10, Ubuntu 20.04), the floor of
+# the torch and onnxruntime wheels our libraries run with.
+MAX_MANYLINUX = (2, 28)
+LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 # import name and a smoke test per distribution
 SMOKE = {
     "opforge_torch": "import os, torch, opforge_torch; assert os.path.isfile(opforge_torch.library_path()); "
@@ -113,6 +119,78 @@ def tag_problems(wheel_name: str) -> list[str]:
     return [f"{wheel_name}: tag {wrong[0]}, expected py3-none (one wheel for every CPython)"] if wrong else []
 
 
+def manylinux_glibc(wheel_name: str) -> tuple[int, int] | None:
+    """The glibc a wheel's platform tag claims to need (the oldest of its compressed tags), None
+    when no tag is manylinux: "x-py3-none-manylinux_2_24_x86_64.whl" -> (2, 24)."""
+    found = []
+    for platform in wheel_name.removesuffix(".whl").rsplit("-", 1)[-1].split("."):
+        numbered = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", platform)
+        legacy = LEGACY_MANYLINUX.get(platform.split("_", 1)[0])
+        if numbered:
+            found.append((int(numbered[1]), int(numbered[2])))
+        elif legacy:
+            found.append(legacy)
+    return min(found) if found else None
+
+
+def policy_versions(tools: Path, glibc: tuple[int, int], arch: str) -> dict[str, set[str]] | None:
+    """auditwheel's own symbol-version policy for manylinux_<glibc> on arch: {"GLIBC": {"2.2.5",
+    ...}, "GLIBCXX": ..., ...}; None if the tools venv holds no readable policy."""
+    name = f"manylinux_{glibc[0]}_{glibc[1]}"
+    for path in tools.glob("lib/python3*/site-packages/auditwheel/policy/manylinux-policy.json"):
+        try:
+            policies = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        for policy in policies:
+            if policy.get("name") == name:
+                versions = policy.get("symbol_versions", {}).get(arch, {})
+                return {prefix: set(allowed) for prefix, allowed in versions.items()}
+    return None
+
+
+def too_new_symbols(lib: Path, allowed: dict[str, set[str]], log: Path) -> list[str]:
+    """`symbol@VERSION` references of lib whose version the policy does not allow."""
+    table = _run(["readelf", "--dyn-syms", "--wide", str(lib)], log).stdout
+    found = set()
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) < 8 or fields[6] != "UND" or "@" not in fields[7]:
+            continue
+        symbol, version = fields[7].split("@", 1)
+        prefix, _, number = version.lstrip("@").partition("_")
+        if prefix in allowed and number not in allowed[prefix]:
+            found.add(f"{symbol}@{version.lstrip('@')}")
+    return sorted(found)
+
+
+def platform_problem(repaired: Path, unpacked: Path, tools: Path, log: Path) -> str | None:
+    """None when the repaired tag is manylinux_2_28 or older; else what it is and why: the
+    symbols that pinned it (per library) and auditwheel show's verdict."""
+    glibc = manylinux_glibc(repaired.name)
+    if glibc is None:
+        return f"{repaired.name}: tag is not manylinux"
+    if glibc <= MAX_MANYLINUX:
+        return None
+    tag = repaired.name.removesuffix(".whl").rsplit("-", 1)[-1]
+    arch = tag.split(".")[0].split("_", 3)[-1] if tag.startswith("manylinux_") else "x86_64"
+    allowed = policy_versions(tools, MAX_MANYLINUX, arch)
+    pinned = []
+    for lib in sorted(unpacked.rglob("*.so*")):
+        if lib.is_file() and allowed is not None and re.search(r"\.so(\.\d+)*$", lib.name):
+            symbols = too_new_symbols(lib, allowed, log)
+            if symbols:
+                pinned.append(f"{lib.name}: {', '.join(symbols[:8])}" + (" ..." if len(symbols) > 8 else ""))
+    auditwheel = tools / "bin" / "auditwheel"
+    show = _run([str(auditwheel), "show", str(repaired)], log,
+                env={"PATH": f"{tools / 'bin'}:/usr/bin:/bin"}).stdout if auditwheel.is_file() else ""
+    verdict = " ".join(re.findall(r"This constrains the platform tag to \S+", " ".join(show.split())))
+    limit = f"manylinux_{MAX_MANYLINUX[0]}_{MAX_MANYLINUX[1]}"
+    return (f"{repaired.name}: tag {tag} needs glibc {glibc[0]}.{glibc[1]}, expected {limit} or older; "
+            f"symbols newer than {limit}: {'; '.join(pinned) or 'none found (see the log)'}"
+            + (f"; auditwheel show: {verdict}" if verdict else ""))
+
+
 def bundled_runtimes(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         names = [Path(n).name for n in archive.namelist()]
@@ -154,15 +232,16 @@ def repair_and_check(wheels: list[str], out: Path, tools: Path, log: Path,
         if repaired is None:
             results.append({"name": name, "ok": False, "summary": f"{name}: repair: {error}"})
             continue
-        problems = []
-        if "linux_x86_64" in repaired.name and "manylinux" not in repaired.name:
-            problems.append(f"tag {repaired.name} is not manylinux")
-        problems += [f"bundles {lib}" for lib in bundled_runtimes(repaired)]
-        problems += tag_problems(repaired.name)
         unpacked = out / "unpacked" / name
         shutil.rmtree(unpacked, ignore_errors=True)
         with zipfile.ZipFile(repaired) as archive:
             archive.extractall(unpacked)
+        problems = []
+        platform = platform_problem(repaired, unpacked, tools, log)
+        if platform:
+            problems.append(platform)
+        problems += [f"bundles {lib}" for lib in bundled_runtimes(repaired)]
+        problems += tag_problems(repaired.name)
         for lib in sorted(unpacked.rglob("*.so*")):
             if lib.is_file() and re.search(r"\.so(\.\d+)*$", lib.name) and ".libs" not in lib.parent.name:
                 problems += check_library(lib, log)

@@ -17,3 +17,11 @@ function(opforge_install_library target library who)
     message(STATUS \"${who}: manifest sha256 \${_sha}\")
   ")
 endfunction()
+
+# Every host translation unit of `target` (C++, and the host side of CUDA) force-includes
+# opforge/kernels/platform_floor.h: the library needs glibc 2.28 at most (manylinux_2_28), whatever
+# glibc the build machine has.
+function(opforge_platform_floor target)
+  set(floor "${OPFORGE_KERNELS_INCLUDE_DIR}/opforge/kernels/platform_floor.h")
+  target_compile_options(${target} PRIVATE "SHELL:-include \"${floor}\"")
+endfunction()

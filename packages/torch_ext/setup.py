@@ -178,11 +178,14 @@ def extension(with_cuda):
     if not (include / "opforge" / "kernels" / "cpu.h").is_file():
         sys.exit(f"opforge-torch: shared kernels not found at {include} (set OPFORGE_KERNELS_INCLUDE_DIR)")
     target = f"-DTORCH_TARGET_VERSION=0x{TORCH_MIN[0]:02x}{TORCH_MIN[1]:02x}000000000000"
-    cxx = ["-O3", "-g0", "-fvisibility=hidden", "-fvisibility-inlines-hidden", target, "-DTORCH_STABLE_ONLY"]
+    # platform_floor.h: glibc 2.28 is enough at run time (manylinux_2_28), whatever glibc builds it.
+    floor = str(include / "opforge" / "kernels" / "platform_floor.h")
+    cxx = ["-O3", "-g0", "-fvisibility=hidden", "-fvisibility-inlines-hidden", target, "-DTORCH_STABLE_ONLY",
+           "-include", floor]
     # torch adds -D__CUDA_NO_HALF_CONVERSIONS__ & co. (against clashes with c10::Half, unused here);
     # the shared kernels may convert __half/__nv_bfloat16 implicitly, so undo them.
     no_half = ["HALF_OPERATORS", "HALF_CONVERSIONS", "BFLOAT16_CONVERSIONS", "HALF2_OPERATORS"]
-    nvcc = ["-O3", "-Xcompiler=-fvisibility=hidden", target, "-DTORCH_STABLE_ONLY", "-DUSE_CUDA"]
+    nvcc = ["-O3", "-Xcompiler=-fvisibility=hidden", target, "-DTORCH_STABLE_ONLY", "-DUSE_CUDA", "-include", floor]
     nvcc += [f"-U__CUDA_NO_{name}__" for name in no_half]
     link = [f"-Wl,-soname,{LIB_NAME}", f"-Wl,--version-script={HERE / 'csrc' / 'exports.map'}",
             "-Wl,--no-undefined", "-Wl,--as-needed"]

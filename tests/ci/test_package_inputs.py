@@ -348,3 +348,19 @@ def test_torch_ext_sdist_builds_cuda_kernels_with_a_torch_of_the_toolkits_cuda(t
         library = Path(archive.extract("opforge_torch/libopforge_torch.so.1", tmp_path / "unpacked"))
     sections = subprocess.run(["readelf", "-S", "-W", str(library)], capture_output=True, text=True).stdout
     assert ".nv_fatbin" in sections, f"{library.name} from {wheel.name}: no .nv_fatbin section (no CUDA code)"
+
+
+@needs_cmake
+def test_loader_names_a_missing_zig(tmp_path):
+    done = _configure(PACKAGES / "loader", tmp_path, OPFORGE_ZIG=str(tmp_path / "no-zig"))
+    message = " ".join(done.stderr.split())
+    assert done.returncode != 0 and f"OPFORGE_ZIG={tmp_path / 'no-zig'}: expected a zig executable" in message, message
+
+
+@needs_cmake
+def test_loader_refuses_a_malformed_glibc_target(tmp_path):
+    zig = tmp_path / "zig"
+    zig.write_text("#!/bin/sh\nexit 1\n")  # configure stops at OPFORGE_GLIBC, before zig runs
+    done = _configure(PACKAGES / "loader", tmp_path / "build", OPFORGE_ZIG=str(zig), OPFORGE_GLIBC="2_28")
+    message = " ".join(done.stderr.split())
+    assert done.returncode != 0 and "OPFORGE_GLIBC: expected a glibc version like 2.28, got '2_28'" in message, message

@@ -67,3 +67,85 @@ def test_leaks_wrong_soname_and_missing_entry_are_caught(tmp_path):
     assert any("SONAME libopforge_ort.so, expected" in p for p in problems)
     assert any("exports 1 C++ symbols (e.g. _Z6helperi)" in p for p in problems)
     assert any("entry point RegisterCustomOps not exported" in p for p in problems)
+
+
+@pytest.mark.parametrize("name, glibc", [
+    ("opforge_ort-0.1.0-py3-none-manylinux_2_24_x86_64.whl", (2, 24)),
+    ("opforge_torch-0.1.0-py3-none-manylinux_2_34_x86_64.whl", (2, 34)),
+    ("x-1-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", (2, 17)),
+    ("x-1-py3-none-manylinux2014_x86_64.whl", (2, 17)),
+    ("x-1-py3-none-manylinux_2_28_aarch64.whl", (2, 28)),
+    ("x-1-py3-none-linux_x86_64.whl", None),
+])
+def test_the_glibc_a_tag_claims(name, glibc):
+    assert wheels.manylinux_glibc(name) == glibc
+
+
+# manylinux_2_28's versions on x86_64 (auditwheel's policy, abridged)
+POLICY_2_28 = [{"name": "manylinux_2_28", "symbol_versions": {"x86_64": {
+    "GLIBC": ["2.2.5", "2.2.6", "2.3", "2.3.2", "2.3.3", "2.3.4", *(f"2.{m}" for m in range(4, 29))],
+    "GLIBCXX": ["3.4", *(f"3.4.{m}" for m in range(1, 25))],
+    "CXXABI": ["1.3", *(f"1.3.{m}" for m in range(1, 12))]}}}]
+USES_NEW_GLIBC = """
+#include <cmath>
+#include <memory>
+struct Big { char bytes[1 << 20]; };
+extern "C" __attribute__((visibility("default"))) double entry(double x, unsigned long n) {
+  auto shared = std::make_shared<double>(x);  // libstdc++ reads __libc_single_threaded (glibc >= 2.32)
+  auto copy = shared;
+  std::allocator<Big> big;                    // GCC >= 11: __throw_bad_array_new_length (GLIBCXX_3.4.29)
+  big.deallocate(big.allocate(n), n);
+  return std::exp(*copy);                     // exp@GLIBC_2.29 on glibc >= 2.29
+}
+"""
+FLOOR = wheels.Path(__file__).resolve().parents[2] / "kernels/include/opforge/kernels/platform_floor.h"
+
+
+def host_glibc() -> tuple[int, int]:
+    import platform
+    version = platform.libc_ver()[1] or "0.0"
+    return tuple(int(p) for p in version.split(".")[:2])
+
+
+def build_entry(tmp_path, *flags: str):
+    (tmp_path / "lib.cc").write_text(USES_NEW_GLIBC)
+    out = tmp_path / "unpacked" / "libentry.so.1"
+    out.parent.mkdir(exist_ok=True)
+    subprocess.run(["g++", "-O2", "-shared", "-fPIC", *flags, "-o", str(out), str(tmp_path / "lib.cc")],
+                   check=True)
+    return out
+
+
+def tools_with_policy(tmp_path):
+    policy = tmp_path / "tools/lib/python3.11/site-packages/auditwheel/policy/manylinux-policy.json"
+    policy.parent.mkdir(parents=True)
+    policy.write_text(wheels.json.dumps(POLICY_2_28))
+    return tmp_path / "tools"
+
+
+@needs_gcc
+@pytest.mark.skipif(host_glibc() < (2, 32), reason="this glibc binds nothing newer than 2.28 anyway")
+def test_a_tag_newer_than_2_28_names_the_symbols_that_pinned_it(tmp_path):
+    build_entry(tmp_path)
+    wheel = tmp_path / "opforge_x-0.1.0-py3-none-manylinux_2_34_x86_64.whl"
+    problem = wheels.platform_problem(wheel, tmp_path / "unpacked", tools_with_policy(tmp_path),
+                                      tmp_path / "log")
+    assert problem.startswith(f"{wheel.name}: tag manylinux_2_34_x86_64 needs glibc 2.34, "
+                              "expected manylinux_2_28 or older")
+    assert "libentry.so.1: " in problem
+    assert "__libc_single_threaded@GLIBC_2.32, exp@GLIBC_2.29" in problem  # after any GLIBCXX_3.4.29 one
+
+
+@needs_gcc
+def test_platform_floor_h_keeps_a_gcc_build_at_manylinux_2_28(tmp_path):
+    """kernels' platform_floor.h, force-included as the packages do: no reference above 2.28."""
+    lib = build_entry(tmp_path, "-include", str(FLOOR))
+    allowed = {k: set(v) for k, v in POLICY_2_28[0]["symbol_versions"]["x86_64"].items()}
+    assert wheels.too_new_symbols(lib, allowed, tmp_path / "log") == []
+    assert subprocess.run(["python3", "-c", f"import ctypes; assert ctypes.CDLL('{lib}').entry"],
+                          check=False).returncode == 0
+
+
+def test_an_old_enough_tag_passes(tmp_path):
+    wheel = tmp_path / "opforge_x-0.1.0-py3-none-manylinux_2_24_x86_64.whl"
+    assert wheels.platform_problem(wheel, tmp_path, tmp_path, tmp_path / "log") is None

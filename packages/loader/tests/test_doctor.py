@@ -35,6 +35,18 @@ def test_shipped_plugin_is_clean():
     assert f["isolated"].status == "ok" and "entry, init and unload ran" in f["isolated"].message
 
 
+def test_the_dynamic_loader_counts_as_a_needed_library(tmp_path):
+    """A library with general-dynamic TLS (zig's libc++, for one) needs __tls_get_addr from ld.so,
+    which ldd lists as a bare path: the symbol is provided, not undefined."""
+    src = "__thread int counter;\nint bump(void) { return ++counter; }\n"
+    lib = compile_lib(tmp_path, "libtls.so.1", src, "-ftls-model=global-dynamic", "-Wl,--no-as-needed",
+                      "-Wl,-z,defs")
+    assert "__tls_get_addr" in subprocess.run(["nm", "-D", "--undefined-only", str(lib)],
+                                              capture_output=True, text=True).stdout
+    f = by_check(doctor.diagnose(str(lib)))
+    assert f["undefined"].status == "ok", f["undefined"].message
+
+
 def test_leaked_helper_is_reported(plugin_dir):
     lib = build_c_plugin(plugin_dir, "libops_test_leaky.so.1", hidden=False)
     f = by_check(doctor.diagnose(str(lib)))["exports"]

@@ -18,7 +18,12 @@
 #define OPFORGE_CLONES
 #endif
 
-#if defined(__GNUC__)
+#if defined(__clang__)
+// Clang refuses `unused` beside target_clones: its unused-function warning is silenced around the
+// entries instead (zig's clang builds the loader's plugins for manylinux).
+#define OPFORGE_ALWAYS_INLINE inline __attribute__((always_inline))
+#define OPFORGE_CPU_ENTRY static OPFORGE_CLONES
+#elif defined(__GNUC__)
 #define OPFORGE_ALWAYS_INLINE inline __attribute__((always_inline))
 #define OPFORGE_CPU_ENTRY static __attribute__((unused)) OPFORGE_CLONES
 #else
@@ -276,9 +281,16 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
     rms_norm_backward_rows(dy, x, w, dx, dw, r0, r1, cols, eps);                                  \
   }
 
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wunused-function"
+#endif
 OPFORGE_DEFINE_CPU_ENTRIES(float, f32)
 OPFORGE_DEFINE_CPU_ENTRIES(bfloat16, bf16)
 OPFORGE_DEFINE_CPU_ENTRIES(double, f64)
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#endif
 #undef OPFORGE_DEFINE_CPU_ENTRIES
 
 }  // namespace detail

@@ -91,6 +91,9 @@ def ldd(path: str) -> tuple[dict[str, str], list[str]]:
     proc = _run(["ldd", path])
     for line in proc.stdout.splitlines():
         m = re.match(r"\s*(\S+) => (not found|(\S+))", line)
+        interpreter = re.match(r"\s*(/\S+) \(0x", line)  # ld.so: a path, no "=>" (provides __tls_get_addr)
+        if interpreter:
+            resolved[os.path.basename(interpreter.group(1))] = interpreter.group(1)
         if not m:
             continue
         if m.group(2) == "not found":
