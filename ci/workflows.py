@@ -57,8 +57,9 @@ ACTIONS = {
     "pypi": ("pypa/gh-action-pypi-publish", "ed0c53931b1dc9bd32cbe73a98c7f6766f8a527e", "v1.13.0"),
 }
 # The image: docker/build.sh builds docker/Dockerfile with these scripts copied in, and
-# docker/podman.sh tags it with the first 12 hex of the sha256 of the three, in this order.
-IMAGE_INPUTS = ("ci/debian.py", "ci/toolkits.py")
+# docker/podman.sh tags it with the first 12 hex of the sha256 of it and these files.
+IMAGE_INPUTS = ("docker/apt.lock", "ci/aptlock.py", "ci/debian.py", "ci/matrix.py", "ci/schema.py",
+                "ci/toolkits.py")  # as docker/podman.sh hashes them, in its order
 IMAGE_NAME = "opforge"
 # The release: `nox -s release` (profile release) leaves DIST (wheels of every variant and the
 # sdists) and INDEX/<variant>/simple/ (a PEP 503 index per variant) under RELEASE_OUT.
