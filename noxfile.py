@@ -1,15 +1,11 @@
 """opforge sessions. Every version comes from matrix.yaml; start with `python3 ci/bootstrap.py -l`.
 
-matrix, tests, wheels and bench are selections of one stage engine (ci/runner.py) over the
-profiles of matrix.yaml; their reports go to build/<session>/report.md.
+matrix, tests, wheels, release and bench are selections of one stage engine (ci/runner.py) over
+the profiles of matrix.yaml; reports go to build/<session>/report.md. For example:
 
-    nox -s matrix                     # the host profile: build, test, report (build/matrix/)
     nox -s matrix -- --list           # the cells and what runs, is reused or skipped, and why
     nox -s matrix -- --profile full --only torch=2.14.1 ort=1.17.3 stage=unit-ort
-    nox -s matrix -- --cell <CI job id> --skip-slow
-    nox -s tests                      # the test suite (profile tests; CI runs this)
-    nox -s bench -- --reps 5          # the full benchmarks; arguments go to bench/run.py
-    nox -s release                    # the variants we ship: build/release/{dist,index/<variant>/simple}
+    nox -s bench -- --reps 5          # arguments go to bench/run.py
     nox -s fuzz -- --seconds 60       # every fuzz target (fuzz/README.md), 300 s each by default
 """
 from __future__ import annotations
@@ -73,18 +69,13 @@ def wheels(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", default=False)
 def release(session: nox.Session) -> None:
-    """The release profile's variants built and checked by the matrix stages, then dist/ (wheels,
-    sdists), one PEP 503 index per variant and the smoke test from each index (ci/release.py).
-
-    `nox -s release -- --only variant=cpu,cu130` builds those variants only; `--share-torch`
-    (given to the release step) links the CUDA torch into the smoke venvs where disk is short."""
+    """The release profile's variants, then dist/, one PEP 503 index per variant and a smoke test
+    from each (ci/release.py); `-- --only variant=cpu` builds one, `--share-torch`: ci/release.py."""
     from ci import release as rel
 
-    share = ["--share-torch"] if "--share-torch" in session.posargs else []
-    posargs = [a for a in session.posargs if a != "--share-torch"]
-    _engine(session, "--profile", "release", *posargs, out="release")
-    only = next((a.split("=", 1)[1] for a in posargs if a.startswith("variant=")), "")
-    if rel.main(["--out", str(REPO / "build" / "release"), "--variants", only, *share]) != 0:
+    engine_args, release_args = rel.split_posargs(session.posargs)
+    _engine(session, "--profile", "release", *engine_args, out="release")
+    if rel.main(["--out", str(REPO / "build" / "release"), *release_args]) != 0:
         session.error("release: the step after the stages failed (the line above says why; "
                       "build/release/logs/release.log)")
 
@@ -135,20 +126,10 @@ def apt_lock(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def container_wheels(session: nox.Session) -> None:
-    """Download every pin a container run of a profile installs into build/container-wheels, for
-    `docker/run.sh --wheels build/container-wheels` (offline): `nox -s container_wheels -- PROFILE`
-    (default tests)."""
-    from ci import aptlock, container
-
-    m = _matrix()
-    profile = session.posargs[0] if session.posargs else "tests"
-    dest = str(container.WHEELS)
-    target = container.target(aptlock.load())
-    for pins in container.requirement_sets(m, profile):   # one resolution per venv's pin list
-        session.run("pip", "download", "-q", "--dest", dest, *target, *pins)
-    session.run("pip", "download", "-q", "--dest", dest, "--no-deps", *target,
-                *container.no_deps_requirements())
-    session.log(f"wheels for profile {profile} in {dest}: docker/run.sh --wheels {dest} ...")
+    """Every pin a container run of PROFILE (default tests) installs, into build/container-wheels
+    for `docker/run.sh --wheels build/container-wheels` (offline): `-- PROFILE`."""
+    session.install(*venvs.tools_requirements(_matrix(), ("pyyaml", "packaging", "pydantic")))
+    session.run("python", "-m", "ci.container", *session.posargs[:1])
 
 
 @nox.session(default=False)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import tomllib
@@ -83,3 +85,18 @@ def target(lock: aptlock.Lock) -> list[str]:
 def _upstream(debian_version: str) -> str:
     """3.11.2-1+b1 -> 3.11.2; 1:2.36-9 -> 2.36 (epoch and Debian revision dropped)."""
     return debian_version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def download_wheels(profile: str, dest: Path = WHEELS) -> None:
+    """Every pin a container run of `profile` installs, downloaded into dest for the image's
+    Python and platform (docker/run.sh --wheels DEST: pip works offline there)."""
+    matrix, platform = mx.load(), target(aptlock.load())
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--dest", str(dest), *platform]
+    for pins in requirement_sets(matrix, profile):   # one resolution per venv's pin list
+        subprocess.run([*pip, *pins], check=True)
+    subprocess.run([*pip, "--no-deps", *no_deps_requirements()], check=True)
+    print(f"wheels for profile {profile} in {dest}: docker/run.sh --wheels {dest} ...")
+
+
+if __name__ == "__main__":
+    download_wheels(sys.argv[1] if len(sys.argv) > 1 else "tests")

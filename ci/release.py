@@ -291,6 +291,14 @@ def write_report(out: Path, laid: dict, smoke: list[dict]) -> None:
     (out / "release.md").write_text("\n".join(lines) + "\n")
 
 
+def split_posargs(posargs: list[str]) -> tuple[list[str], list[str]]:
+    """nox -s release's arguments: (the engine's, this step's): --share-torch is this step's,
+    and the variants of `--only variant=...` are built by the one and laid out by the other."""
+    engine = [a for a in posargs if a != "--share-torch"]
+    only = next((a.split("=", 1)[1] for a in engine if a.startswith("variant=")), "")
+    return engine, ["--variants", only, *(["--share-torch"] if "--share-torch" in posargs else [])]
+
+
 def main(argv: list[str] | None = None) -> int:
     cli = argparse.ArgumentParser(prog="python -m ci.release", description=__doc__.splitlines()[0])
     cli.add_argument("--out", type=Path, default=OUT)
