@@ -68,6 +68,8 @@ def stage_tree(matrix: mx.Matrix, stage: mx.Stage, cell: mx.Cell) -> dict[str, A
     if stage.kind == "build":
         parts = {"tree": tree_hash([REPO / "packages" / stage.package, kernels]),
                  "sources": matrix.data["sources"]}
+        if stage.tools and cell.native_toolchain:
+            parts["toolchain"] = "native"
         if mx.builds_cuda(matrix, stage, cell):
             parts["toolkit"] = matrix.data["toolkits"][cell.values["toolkit"]]
         return parts

@@ -306,7 +306,8 @@ def build_env(job: Job, ws: Workspace) -> dict[str, str]:
     env = {"MAX_JOBS": "2", "CMAKE_BUILD_PARALLEL_LEVEL": "2",
            "OPFORGE_ORT_INCLUDE_DIR": ws.ort_include(job.matrix), "OPFORGE_CUDA_HOME": "",
            "OPFORGE_CUDA_ARCHS": "", "OPFORGE_LOCAL_VERSION": ""}
-    if "ziglang" in job.stage.tools:  # the package compiles with zig for glibc 2.28 (manylinux_2_28)
+    # zig compiles for glibc 2.28 (manylinux_2_28); a profile with `toolchain: native` skips it
+    if "ziglang" in job.stage.tools and not job.cell.native_toolchain:
         env["OPFORGE_ZIG"] = ws.zig(job.matrix, job.log)
     if mx.builds_cuda(job.matrix, job.stage, job.cell):
         env.update(ws.toolkit(job.matrix, job.cell.values["toolkit"]))

@@ -48,6 +48,7 @@ class Cell:
     variant: str = ""              # the release variant it builds (profile `variants:`)
     label: str = ""                # its CUDA builds' local version label ("" for the default)
     gpu: bool = False              # its profile's gpu: ORT venvs install onnxruntime-gpu
+    native_toolchain: bool = False # its profile's toolchain is native (no zig)
 
     @property
     def id(self) -> str:
@@ -337,7 +338,8 @@ def expand(matrix: Matrix, profile: str) -> tuple[list[Cell], list[Excluded]]:
 def _variant_axes(profile: Any) -> list[tuple[dict[str, tuple[str, ...]], Cell]]:
     """(axis values, a template cell) per variant built (one, without variants)."""
     if not profile.variants:
-        return [(profile.values, Cell({}, {}, profile.cpu_builds, gpu=profile.gpu))]
+        return [(profile.values, Cell({}, {}, profile.cpu_builds, gpu=profile.gpu,
+                                      native_toolchain=profile.toolchain == "native"))]
     out = []
     for name, variant in profile.variants.items():
         if variant.skip:
@@ -345,7 +347,7 @@ def _variant_axes(profile: Any) -> list[tuple[dict[str, tuple[str, ...]], Cell]]
         values = {axis: tuple(getattr(variant, axis, None) or chosen)
                   for axis, chosen in profile.values.items()}
         out.append((values, Cell({}, {}, variant.cpu_builds, name, "" if variant.default else name,
-                                 gpu=profile.gpu)))
+                                 gpu=profile.gpu, native_toolchain=profile.toolchain == "native")))
     return out
 
 

@@ -373,6 +373,9 @@ class Profile(Section):
     stages: Optional[tuple[StrictStr, ...]] = Field(None, description="a list of stage names")
     cpu_builds: StrictBool = False
     gpu: StrictBool = False    # its ORT venvs install the ort values' gpu_packages
+    # portable: packages with `tools: [ziglang]` build with zig for glibc 2.28 (what ships);
+    # native: with the host's compiler (the suite: zig first builds its libc++, minutes)
+    toolchain: Literal["portable", "native"] = "portable"
     # a release: its cells are the union of each variant's (the profile's values, overridden)
     variants: Annotated[Optional[dict[StrictStr, Variant]], AfterValidator(_variant_names)] = \
         Field(None, description="a mapping of variant names to variants")
