@@ -39,7 +39,7 @@ def _engine(session: nox.Session, *args: str, out: str) -> None:
     """Run a selection of the stage engine into build/<out>; fail loudly when a stage failed."""
     from ci import runner
 
-    code = runner.main([*args, "--out", str(REPO / "build" / out)])
+    code = runner.main(["--out", str(REPO / "build" / out), *args])  # args may end in --script-args
     if code == 1:
         session.error(f"{session.name}: a stage failed (FAILED lines above; build/{out}/report.md)")
     if code:
