@@ -25,3 +25,18 @@ function(opforge_platform_floor target)
   set(floor "${OPFORGE_KERNELS_INCLUDE_DIR}/opforge/kernels/platform_floor.h")
   target_compile_options(${target} PRIVATE "SHELL:-include \"${floor}\"")
 endfunction()
+
+# cudart is shared, found at run time in the CUDA runtime wheel a CUDA build depends on
+# (site-packages/nvidia/cu<major>/lib; CUDA 12: nvidia/cuda_runtime/lib) through the RUNPATH, else
+# wherever the dynamic loader finds it. A static cudart would bind the build host's glibc symbol
+# versions (dl*, pthread_* @GLIBC_2.34 on glibc 2.36: manylinux_2_34, measured).
+function(opforge_cudart_from_wheel target)
+  string(REGEX MATCH "^[0-9]+" _major "${CMAKE_CUDA_COMPILER_VERSION}")
+  if(_major GREATER_EQUAL 13)
+    set(_dir "nvidia/cu${_major}/lib")
+  else()
+    set(_dir "nvidia/cuda_runtime/lib")
+  endif()
+  set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Shared
+                        INSTALL_RPATH "$ORIGIN/../${_dir}")
+endfunction()

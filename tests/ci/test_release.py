@@ -95,19 +95,34 @@ def test_the_plugins_share_one_variant_provider():
     assert ort.read_text() == trt.read_text(), "keep the two copies of opforge_variant.py identical"
 
 
-@pytest.mark.parametrize("env, version, extras", [
-    ({}, "0.1.0", {}),
-    ({"OPFORGE_LOCAL_VERSION": "cu130", "OPFORGE_CUDA_HOME": "/cuda"}, "0.1.0+cu130",
-     {"gpu": ["onnxruntime-gpu>=1.17"]}),
+RUNTIME = {"13": ["nvidia-cuda-runtime>=13,<14"], "12": ["nvidia-cuda-runtime-cu12>=12,<13"]}
+
+
+def cuda_home(tmp_path: Path, version: int) -> str:
+    (tmp_path / "include").mkdir(parents=True)
+    (tmp_path / "include" / "cuda.h").write_text(f"#define CUDA_VERSION {version}\n")
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("label, cuda, version, extras, dependencies", [
+    ("", None, "0.1.0", {}, []),
+    ("cu130", 13000, "0.1.0+cu130", {"gpu": ["onnxruntime-gpu>=1.17"]}, RUNTIME["13"]),
+    ("cu128", 12080, "0.1.0+cu128", {"gpu": ["onnxruntime-gpu>=1.17"]}, RUNTIME["12"]),
 ])
-def test_provider_labels_the_version_and_adds_cuda_extras(monkeypatch, env, version, extras):
-    for name in ("OPFORGE_LOCAL_VERSION", "OPFORGE_CUDA_HOME"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    settings = {"version": "0.1.0", "cuda-extras": {"gpu": ["onnxruntime-gpu>=1.17"]}}
+def test_provider_labels_the_version_and_adds_cuda_extras_and_runtime(monkeypatch, tmp_path, label,
+                                                                     cuda, version, extras, dependencies):
+    monkeypatch.setenv("OPFORGE_LOCAL_VERSION", label)
+    monkeypatch.setenv("OPFORGE_CUDA_HOME", cuda_home(tmp_path, cuda) if cuda else "")
+    settings = {"version": "0.1.0", "cuda-extras": {"gpu": ["onnxruntime-gpu>=1.17"]},
+                "cuda-dependencies": RUNTIME}
     assert _provider("ort_plugin").dynamic_metadata(settings, {}) == {
-        "version": version, "optional-dependencies": extras}
+        "version": version, "optional-dependencies": extras, "dependencies": dependencies}
+
+
+def test_provider_refuses_a_cuda_home_without_cuda_h(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPFORGE_CUDA_HOME", str(tmp_path))
+    with pytest.raises(ValueError, match=r"expected a CUDA toolkit with include/cuda\.h"):
+        _provider("ort_plugin").dynamic_metadata({"version": "0.1.0"}, {})
 
 
 def test_provider_refuses_a_label_pep440_would_not_take(monkeypatch):

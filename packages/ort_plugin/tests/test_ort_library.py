@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -36,8 +37,16 @@ def test_soname_and_dependencies():
     assert "Library soname: [libopforge_ort.so.1]" in dynamic
     needed = [line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
     assert not [n for n in needed if "onnxruntime" in n], needed  # the API comes from the host
-    # cudart is linked statically: a CUDA build loads where no CUDA runtime is installed
-    assert not [n for n in needed if n.startswith("libcudart")], needed
+    cudart = [n for n in needed if n.startswith("libcudart")]
+    runpath = re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]+)\]", dynamic)
+    if not opforge_ort.build_info()["cuda"]:
+        assert not cudart and not runpath, (needed, runpath)
+        return
+    # a CUDA build: cudart shared (a static one binds the build host's glibc versions), found in
+    # the CUDA runtime wheel it depends on, next to it in site-packages; no build path
+    major = cudart[0].rsplit(".", 1)[-1] if cudart else "?"
+    wheel_dir = f"nvidia/cu{major}/lib" if int(major) >= 13 else "nvidia/cuda_runtime/lib"
+    assert runpath == [f"$ORIGIN/../{wheel_dir}"], (needed, runpath)
 
 
 @pytest.mark.old_runtime

@@ -3,15 +3,18 @@
 Build inputs (environment), documented in the package README:
   OPFORGE_LOCAL_VERSION  the variant's PEP 440 local label, e.g. "cu130" -> 0.1.0+cu130; unset or
                          empty: the plain version (the default variant, the one for PyPI)
-  OPFORGE_CUDA_HOME      set: a CUDA build, which also gets the `cuda-extras` of the settings
+  OPFORGE_CUDA_HOME      set: a CUDA build, which also gets the `cuda-extras` of the settings and
+                         the `cuda-dependencies` of its CUDA major (read from include/cuda.h)
 
-Settings ([[tool.dynamic-metadata]] in pyproject.toml): `version` (the base version) and
-`cuda-extras` (extra name -> requirements, added to a CUDA build only).
+Settings ([[tool.dynamic-metadata]] in pyproject.toml): `version` (the base version),
+`cuda-extras` (extra name -> requirements, added to a CUDA build only) and `cuda-dependencies`
+(CUDA major -> requirements: the CUDA runtime wheel the library's RUNPATH points into).
 """
 from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,11 +32,23 @@ def local_label() -> str:
 def dynamic_metadata(settings: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, Any]:
     label = local_label()
     version = str(settings["version"]) + (f"+{label}" if label else "")
-    with_cuda = bool(os.environ.get("OPFORGE_CUDA_HOME", "").strip())
-    extras = dict(settings.get("cuda-extras", {})) if with_cuda else {}
-    return {"version": version, "optional-dependencies": extras}
+    cuda_home = os.environ.get("OPFORGE_CUDA_HOME", "").strip()
+    extras = dict(settings.get("cuda-extras", {})) if cuda_home else {}
+    runtime = settings.get("cuda-dependencies", {}).get(cuda_major(cuda_home), []) if cuda_home else []
+    return {"version": version, "optional-dependencies": extras,
+            "dependencies": [*project.get("dependencies", []), *runtime]}
+
+
+def cuda_major(cuda_home: str) -> str:
+    header = Path(cuda_home) / "include" / "cuda.h"
+    found = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", header.read_text()) if header.is_file() else None
+    if not found:
+        raise ValueError(f"OPFORGE_CUDA_HOME={cuda_home}: expected a CUDA toolkit with include/cuda.h "
+                         f"defining CUDA_VERSION")
+    return str(int(found[1]) // 1000)
 
 
 def dynamic_wheel(settings: Mapping[str, Any]) -> dict[str, bool]:
-    """A wheel built from the sdist with OPFORGE_CUDA_HOME set gains the CUDA extras."""
-    return {"optional-dependencies": bool(settings.get("cuda-extras"))}
+    """A wheel built from the sdist with OPFORGE_CUDA_HOME set gains the CUDA extras and runtime."""
+    return {"optional-dependencies": bool(settings.get("cuda-extras")),
+            "dependencies": bool(settings.get("cuda-dependencies"))}

@@ -39,16 +39,21 @@ def test_only_the_entry_points_are_exported():
     assert sorted(line.split()[-1] for line in out.splitlines()) == ENTRY_POINTS
 
 
-def test_dependencies_cudart_static_no_tensorrt():
+def test_dependencies_cudart_shared_no_tensorrt():
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", _dynamic())
-    # cudart is linked statically (only the driver is needed at run time); TensorRT loads us
-    assert not [n for n in needed if "nvinfer" in n or "cudart" in n], needed
+    # cudart shared, from the CUDA runtime wheel (a static one binds the build host's glibc
+    # versions); TensorRT loads us, never the reverse
+    assert not [n for n in needed if "nvinfer" in n], needed
+    assert [n for n in needed if n.startswith("libcudart.so.")], needed
     out = subprocess.run([_tool("nm"), "-D", "--undefined-only", LIB], capture_output=True, text=True).stdout
     assert "nvinfer" not in out and "getPluginRegistry" not in out  # TensorRT calls us, never the reverse
 
 
-def test_no_build_paths_in_runpath():
-    assert "RUNPATH" not in _dynamic() and "RPATH" not in _dynamic()
+def test_runpath_is_only_the_cuda_runtime_wheel():
+    runpath = re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[([^\]]+)\]", _dynamic())
+    major = re.search(r"libcudart\.so\.(\d+)", _dynamic())[1]
+    wheel_dir = f"nvidia/cu{major}/lib" if int(major) >= 13 else "nvidia/cuda_runtime/lib"
+    assert runpath == [f"$ORIGIN/../{wheel_dir}"]  # no build path
 
 
 def test_manifest_matches_the_installed_file():
