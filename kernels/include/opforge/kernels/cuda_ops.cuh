@@ -59,4 +59,20 @@ struct SwiGLUKernel {
   }
 };
 
+// Every op's forward kernel, by descriptor: what a runtime plugin launches from untyped buffers.
+// cudaErrorInvalidValue for an op without a CUDA kernel here.
+template <class T, class... Kernels>
+cudaError_t forward_of(const OpDesc& op, const Forward<T>& args, cudaStream_t s) {
+  cudaError_t result = cudaErrorInvalidValue;
+  ((&op == &Kernels::desc && (result = Kernels::forward(args, s), true)) || ...);
+  return result;
+}
+
+template <class T>
+cudaError_t forward_by_desc(const OpDesc& op, const void* x, const void* w, void* y, int64_t rows, int64_t cols,
+                            float attr, cudaStream_t s) {
+  const Forward<T> args{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), rows, cols, attr};
+  return forward_of<T, SwishKernel, RMSNormKernel, SwiGLUKernel>(op, args, s);
+}
+
 }  // namespace opforge::kernels::cuda
