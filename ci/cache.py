@@ -125,7 +125,7 @@ class Store:
         result.origin = "cached"
         result.detail = (f"inputs unchanged (hash {digest}) since the run of {kept['kept_at']} "
                          f"({result.duration_s:.0f} s then); {result.detail}").rstrip("; ")
-        result.duration_s = 0.0
+        result.duration_s = result.cpu_s = 0.0
         return result
 
     def keep(self, stage: mx.Stage, digest: str, result: Result) -> None:

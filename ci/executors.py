@@ -47,6 +47,20 @@ class Job:
     script_args: tuple[str, ...] = ()  # appended to a script stage's command
 
 
+def wait_with_cpu(child: subprocess.Popen, timeout_s: float) -> tuple[int, float]:
+    """(exit code, CPU seconds) of `child`: os.wait4 reports the child's user + system time with
+    that of every descendant it waited for (compilers, pytest-xdist workers)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            child.returncode = os.waitstatus_to_exitcode(status)
+            return child.returncode, usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(child.args, timeout_s)
+        time.sleep(0.05)
+
+
 class Workspace:
     """Where a run writes (out), the venvs' root, the stage timeout; what it provisioned once."""
 
@@ -59,6 +73,7 @@ class Workspace:
         self.wheel_checks: dict[str, dict] = {}   # a wheel checked by one cell is not re-checked
         self.claims = VenvClaims()                # stages side by side (--jobs) share venvs safely
         self._provisioning = threading.RLock()    # toolkits and headers: once, whoever asks first
+        self._cpu_s: dict[Path, float] = {}       # per stage log (sh)
 
     def log_path(self, stage: str, key_hash: str) -> Path:
         return self.out / "logs" / stage / f"{key_hash}.log"
@@ -76,13 +91,22 @@ class Workspace:
                                      env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
             try:
-                return child.wait(timeout=self.timeout_s)
+                code, cpu_s = wait_with_cpu(child, self.timeout_s)
             except subprocess.TimeoutExpired:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
                 handle.write(f"\nopforge matrix: timed out after {self.timeout_s} s: killed\n")
                 raise TimeoutError(f"`{Path(command[0]).name} ...` ran past the stage timeout "
                                    f"({self.timeout_s} s); see the log") from None
+        with self._provisioning:
+            self._cpu_s[log] = self._cpu_s.get(log, 0.0) + cpu_s
+        return code
+
+    def cpu_seconds(self, log: Path) -> float:
+        """CPU time (user + system) of every command run so far into `log`, their children's
+        included: what a stage cost the machine, beside its wall time."""
+        with self._provisioning:
+            return round(self._cpu_s.pop(log, 0.0), 1)
 
     def logger(self, log: Path) -> Callable[[str], None]:
         def write(text: str) -> None:
@@ -250,6 +274,7 @@ def execute(job: Job, ws: Workspace) -> Result:
     with claimed_venv(job, ws):
         result = EXECUTORS[job.stage.kind](job, ws)
     result.duration_s = round(time.monotonic() - started, 1)
+    result.cpu_s = ws.cpu_seconds(job.log)
     result.log = _repo_relative(job.log)
     return result
 

@@ -40,6 +40,7 @@ class Result:
     first_cell: int | None = None      # the cell whose run this result is
     outputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # wheels, out dir
     reason: str = ""                   # why a skipped stage did not run; empty otherwise
+    cpu_s: float = 0.0                 # CPU seconds of its commands (user + system)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -183,15 +184,17 @@ def render_md(report: dict, root: Path) -> str:
               f"GPU: {'yes' if report['host']['gpu']['ok'] else 'no'}.")
     lines = [f"# opforge matrix: profile `{report['profile']}` — {verdict}", "",
              f"{report['description']}", "", counts, ""]
-    lines += ["## Stages", "", "| stage | pass | fail | skipped | executed | reused | cached | time |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["## Stages", "", "| stage | pass | fail | skipped | executed | reused | cached | time | CPU |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name in stages:
         rs = [c["stages"][name] for c in cells if name in c["stages"]]
         count = Counter(r["status"] for r in rs)
         origin = Counter(r["origin"] for r in rs)
         seconds = sum(r["duration_s"] for r in rs)
+        cpu = sum(r.get("cpu_s", 0.0) for r in rs)  # absent from reports written before it
         lines.append(f"| {name} | {count[PASS]} | {count[FAIL]} | {count[SKIP]} | "
-                     f"{origin['run']} | {origin['reused']} | {origin['cached']} | {seconds:.0f} s |")
+                     f"{origin['run']} | {origin['reused']} | {origin['cached']} | {seconds:.0f} s | "
+                     f"{cpu:.0f} s |")
     lines.append("")
     if failed:
         lines += ["## Failures", ""]

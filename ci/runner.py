@@ -202,7 +202,7 @@ def _placed(run_of_cell: report.Run, name: str, index: int,
     if result.key in first and result.status == first[result.key][1].status:
         earlier_index, earlier = first[result.key]
         return dataclasses.replace(result, origin="reused", first_cell=earlier_index,
-                                   duration_s=0.0, outputs=earlier.outputs)
+                                   duration_s=0.0, cpu_s=0.0, outputs=earlier.outputs)
     first.setdefault(result.key, (index, result))
     result.first_cell = index
     return result
@@ -218,7 +218,7 @@ def run_stage(engine: Engine, index: int, cell: mx.Cell, stage: mx.Stage, item: 
     if result.origin == "run":
         where = f" (cell {index + 1})" if engine.jobs > 1 else ""
         engine.say(f"[{engine.elapsed()}]   {stage.name:15} {result.label}{where} "
-                   f"{result.duration_s:.1f}s {result.detail}".rstrip())
+                   f"{result.duration_s:.1f}s (cpu {result.cpu_s:.0f}s) {result.detail}".rstrip())
     return result
 
 
@@ -234,7 +234,7 @@ def _outcome(engine: Engine, cell: mx.Cell, stage: mx.Stage, item: Planned,
     if reason:
         return Result.skip(reason, key=item.key)
     if item.key in done:
-        return dataclasses.replace(done[item.key], origin="reused", duration_s=0.0)
+        return dataclasses.replace(done[item.key], origin="reused", duration_s=0.0, cpu_s=0.0)
     ws = engine.workspace
     log = ws.log_path(stage.name, key_hash(item.key))
     try:

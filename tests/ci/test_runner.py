@@ -3,6 +3,7 @@ stage that skips its dependents and never stops the other cells, the report writ
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 
@@ -127,6 +128,17 @@ def test_a_hung_command_is_killed_and_fails_the_stage(matrix, host, tmp_path):
     with pytest.raises(TimeoutError, match="ran past the stage timeout"):
         ws.sh(["bash", "-c", "sleep 30 & wait"], log)
     assert "timed out after 1 s: killed" in log.read_text()
+
+
+def test_a_command_s_cpu_time_counts_its_children_and_not_its_sleep(tmp_path):
+    ws = Workspace(tmp_path, say=lambda text: None)
+    burn, sleep = tmp_path / "burn.log", tmp_path / "sleep.log"
+    spin = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.6: pass')"
+    assert ws.sh(["bash", "-c", f'{sys.executable} -c "{spin}"; exit 3'], burn) == 3
+    assert ws.sh(["sleep", "0.5"], sleep) == 0
+    assert 0.5 <= ws.cpu_seconds(burn) < 5
+    assert ws.cpu_seconds(sleep) < 0.2
+    assert ws.cpu_seconds(burn) == 0.0  # read once: a log's time belongs to one stage result
 
 
 def test_unselected_stages_are_absent_and_slow_ones_skip_with_the_reason(fake):
