@@ -72,6 +72,11 @@ bool g_record_cmps = true;
 
 volatile sig_atomic_t g_running;  // an input is executing (only its comparisons are recorded)
 
+// The hooks call only functions of this file: a shared inline such as std::min is one COMDAT
+// copy for the whole program, and at -O0 (not inlined) the linker may keep the target's
+// instrumented copy, whose comparison calls the hook again (endless recursion).
+inline size_t smaller(size_t a, size_t b) { return a < b ? a : b; }
+
 // Byte loops, not memcmp/memcpy: the sanitizers' memcmp interceptor calls back into the hooks.
 __attribute__((no_sanitize("address", "undefined"))) inline void record_cmp(
     uintptr_t pc, const void* a, const void* b, size_t size) {
@@ -79,7 +84,7 @@ __attribute__((no_sanitize("address", "undefined"))) inline void record_cmp(
   const uint8_t* x = static_cast<const uint8_t*>(a);
   const uint8_t* y = static_cast<const uint8_t*>(b);
   CmpPair& slot = g_cmps[(pc ^ (pc >> 12)) % kCmpSlots];
-  size = std::min<size_t>(size, sizeof slot.a);
+  size = smaller(size, sizeof slot.a);
   bool equal = true;
   for (size_t i = 0; i < size; i++) equal &= x[i] == y[i];
   if (equal) return;
@@ -125,11 +130,12 @@ extern "C" void __sanitizer_weak_hook_memcmp(void* pc, const void* a, const void
 }
 extern "C" void __sanitizer_weak_hook_strncmp(void* pc, const char* a, const char* b, size_t n,
                                               int) {
-  if (g_running) record_cmp(reinterpret_cast<uintptr_t>(pc), a, b, std::min(strnlen(a, n),
-                                                                             strnlen(b, n)));
+  if (g_running) {
+    record_cmp(reinterpret_cast<uintptr_t>(pc), a, b, smaller(strnlen(a, n), strnlen(b, n)));
+  }
 }
 extern "C" void __sanitizer_weak_hook_strcmp(void* pc, const char* a, const char* b, int) {
-  if (g_running) record_cmp(reinterpret_cast<uintptr_t>(pc), a, b, std::min(strlen(a), strlen(b)));
+  if (g_running) record_cmp(reinterpret_cast<uintptr_t>(pc), a, b, smaller(strlen(a), strlen(b)));
 }
 
 namespace {

@@ -30,8 +30,12 @@ from fuzz import Unavailable  # noqa: E402
 TARGETS = REPO / "fuzz" / "targets"
 BUILD = REPO / "build" / "fuzz"
 DRIVER = REPO / "fuzz" / "driver.cpp"
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1",
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g",
             "-std=c++17", "-fno-omit-frame-pointer"]
+# -O1 runs about twice as many inputs per second; -O0 compiles in half the time, which is what a
+# smoke run of a few seconds (the test suite's) spends most of its time on.
+OPTIMIZED, QUICK = "-O1", "-O0"
+QUICK_BELOW_S = 30      # runs shorter than this build with QUICK
 # trace-cmp as well: the engine turns compared operands into input bytes (magic values).
 COVERAGE = ["-fsanitize-coverage=trace-pc,trace-cmp"]
 INPUT_KEYS = ("sources", "include_dirs", "defines", "extra_objects", "link_args")
@@ -136,8 +140,12 @@ def compile_object(source: Path, obj: Path, flags: list[str]) -> Path:
     return obj
 
 
-def link(inputs: list[Path], link_args: list[str], exe: Path) -> Path:
-    key = [_cxx(), *SANITIZE, *map(str, inputs), *link_args]
+def opt_level(seconds: int) -> str:
+    return QUICK if seconds < QUICK_BELOW_S else OPTIMIZED
+
+
+def link(inputs: list[Path], link_args: list[str], exe: Path, opt: str = OPTIMIZED) -> Path:
+    key = [_cxx(), *SANITIZE, opt, *map(str, inputs), *link_args]
     stamp = exe.with_name(exe.name + ".stamp")
     digest = _inputs_digest(key, inputs)
     if exe.is_file() and stamp.is_file() and stamp.read_text() == digest:
@@ -149,16 +157,17 @@ def link(inputs: list[Path], link_args: list[str], exe: Path) -> Path:
     return exe
 
 
-def engine_object() -> Path:
+def engine_object(opt: str = OPTIMIZED) -> Path:
     """The engine: sanitizers on (it links with the target) but no coverage of its own."""
-    return compile_object(DRIVER, BUILD / "engine" / "driver.o", SANITIZE)
+    name = "driver.o" if opt == OPTIMIZED else f"driver{opt}.o"
+    return compile_object(DRIVER, BUILD / "engine" / name, [*SANITIZE, opt])
 
 
 def build_fuzzer(out: Path, sources: Sequence[Path], include_dirs: Sequence[str] = (),
                  defines: Sequence[str] = (), extra_objects: Sequence[str] = (),
-                 link_args: Sequence[str] = (), jobs: int = 2) -> Path:
+                 link_args: Sequence[str] = (), jobs: int = 2, opt: str = OPTIMIZED) -> Path:
     """out/fuzzer from the target's sources (instrumented), the engine and the extras."""
-    flags = [*SANITIZE, *COVERAGE, *(f"-I{d}" for d in include_dirs),
+    flags = [*SANITIZE, opt, *COVERAGE, *(f"-I{d}" for d in include_dirs),
              *(f"-D{d}" for d in defines)]
 
     def one(source: Path) -> Path:
@@ -167,8 +176,8 @@ def build_fuzzer(out: Path, sources: Sequence[Path], include_dirs: Sequence[str]
 
     with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
         objects = list(pool.map(one, sources))
-    return link([*objects, engine_object(), *map(Path, extra_objects)], list(link_args),
-                out / "fuzzer")
+    return link([*objects, engine_object(opt), *map(Path, extra_objects)], list(link_args),
+                out / "fuzzer", opt)
 
 
 def compile_inputs(target: Target) -> dict[str, list[str]]:
@@ -212,12 +221,12 @@ def _checked_inputs(raw: object, path: Path) -> dict[str, list[str]]:
     return inputs
 
 
-def build_target(target: Target, jobs: int = 2) -> Path:
+def build_target(target: Target, jobs: int = 2, opt: str = OPTIMIZED) -> Path:
     inputs = compile_inputs(target)
     sources = [target.folder / "target.cpp", *map(Path, inputs["sources"])]
     sources = list(dict.fromkeys(p.resolve() for p in sources))  # target.cpp may be listed too
     return build_fuzzer(target.out, sources, inputs["include_dirs"], inputs["defines"],
-                        inputs["extra_objects"], inputs["link_args"], jobs)
+                        inputs["extra_objects"], inputs["link_args"], jobs, opt)
 
 
 # ------------------------------------------------------------------------------------ run
@@ -278,7 +287,7 @@ def fuzz_target(target: Target, seconds: int, *, max_len: int = MAX_LEN, jobs: i
     result = Result(target.name, target.kind, "fail")
     started = time.monotonic()
     try:
-        exe = build_target(target, jobs) if target.kind == "cpp" else None
+        exe = build_target(target, jobs, opt_level(seconds)) if target.kind == "cpp" else None
         if target.kind == "python" and importlib.util.find_spec("atheris") is None:
             raise Unavailable(ATHERIS_HINT)
     except Unavailable as exc:
@@ -368,7 +377,7 @@ def write_report(results: list[Result], seconds: int, path: Path = BUILD / "repo
 def run_all(targets: list[Target], seconds: int, *, jobs: int = 1, max_len: int = MAX_LEN,
             report: Path = BUILD / "report.json") -> list[Result]:
     if any(t.kind == "cpp" for t in targets):
-        engine_object()  # once, before parallel builds need it
+        engine_object(opt_level(seconds))  # once, before parallel builds need it
     build_jobs = max(1, (os.cpu_count() or 1) // max(1, jobs))
     results: list[Result] = []
     with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:

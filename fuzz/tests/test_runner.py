@@ -124,6 +124,14 @@ def test_rebuilds_only_when_an_input_changes(tmp_path):
     assert second[0] != first[0] and second[1] != first[1]
 
 
+def test_a_quick_run_builds_at_o0_and_the_hooks_do_not_reenter_the_target(tmp_path):
+    make_target(tmp_path / "targets", "inline", cpp="shared_inline.cpp", build_py=NO_EXTRA_INPUTS)
+    done = fuzz_main(tmp_path, "--seconds", "1")
+    assert runner.opt_level(1) == "-O0" and runner.opt_level(300) == "-O1"
+    assert done.returncode == 0, tail(done)
+    assert report(tmp_path)["inline"]["status"] == "pass"
+
+
 def test_python_target_crash_is_found_under_atheris(tmp_path):
     pytest.importorskip("atheris", reason=runner.ATHERIS_HINT)
     make_target(tmp_path / "targets", "py", python="py_magic", seeds={"short": b"OP"})

@@ -4,6 +4,7 @@ import json
 
 import onnx
 import pytest
+from conftest import SUITE_DTYPES
 from opforge_align.harness import export
 
 
@@ -25,7 +26,7 @@ def test_every_form_is_exported_with_one_opforge_node_per_call(export_dir):
                 assert "opforge" not in domains, path
 
 
-@pytest.mark.parametrize("dtype", export.DTYPES)
+@pytest.mark.parametrize("dtype", SUITE_DTYPES)
 @pytest.mark.parametrize("form", export.FORMS)
 def test_ort_matches_reference_and_torch(ort_run, form, dtype):
     _, results = ort_run
