@@ -1,7 +1,7 @@
 """Fused vs composed benchmarks of the opforge ops, torch and ONNX Runtime layers (CPU, fp32).
 
   python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm,SwiGLU] [--layers torch,ort]
-                      [--threads 1,all] [--repeat 20]
+                      [--threads 1,all] [--repeat 20] [--budget 15]
 
 Writes OUT/bench.json, OUT/bench.md (tables, targets met/missed), OUT/bench_<op>_<layer>.png and
 the stage result ($OPFORGE_STAGE_RESULT: headline ratios). Not a test: it never fails on slow
@@ -32,6 +32,9 @@ def parse(argv):
     parser.add_argument("--threads", default="1,all", help="comma list; 'all' = every CPU we may use")
     parser.add_argument("--sizes", default="", help="comma list of element counts (default: by LLC)")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--budget", type=float, default=15.0, metavar="SECONDS",
+                        help="timed rounds of one op, size and layer stop after this many seconds "
+                             f"(each variant keeps at least {timing.MIN_RUNS} runs)")
     return parser.parse_args(argv)
 
 
@@ -55,11 +58,13 @@ def main(argv=None) -> int:
                                memory=host["memory_available_bytes"]))
     print(f"bench: sizes {sizes}, threads {threads}, load {host['loadavg_1m_at_start']:.2f}")
     data = measure.run_all(ops=args.ops.split(","), layers=set(args.layers.split(",")),
-                           threads_list=threads, sizes=sizes, repeat=args.repeat)
+                           threads_list=threads, sizes=sizes, repeat=args.repeat,
+                           budget_s=args.budget)
     host["loadavg_1m_at_end"] = os.getloadavg()[0]
     # judged at the start: the load at the end includes this run's own threads
     host["busy"] = host["loadavg_1m_at_start"] > 0.5 * host["cpus_available"]
-    data.update(host=host, versions=versions(), repeat=args.repeat, quick=args.quick)
+    data.update(host=host, versions=versions(), repeat=args.repeat, budget_s=args.budget,
+                quick=args.quick)
     data["targets"] = report.targets(data["rows"], max(threads))
     # the same targets at every thread count: on a shared machine 1 thread is the steadier reading
     data["targets_by_threads"] = {t: report.targets(data["rows"], t) for t in threads}

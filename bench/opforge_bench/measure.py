@@ -49,14 +49,14 @@ def row(key: tuple, *, threads, n, timing, memcpy_gbps, **extra) -> dict:
             "memcpy_gbps": memcpy_gbps, "x_memcpy": gbps / memcpy_gbps, **extra}
 
 
-def run_all(*, ops, layers, threads_list, sizes, repeat, log=print) -> dict:
+def run_all(*, ops, layers, threads_list, sizes, repeat, budget_s=None, log=print) -> dict:
     rows, missing, graphs, rss = [], {}, {}, {}
     for threads in threads_list:
         tv.set_threads(threads)
         for n in sizes:
             for op in ops:
                 rows += _measure_op(op, layers=layers, threads=threads, n=n, repeat=repeat,
-                                    missing=missing, graphs=graphs)
+                                    budget_s=budget_s, missing=missing, graphs=graphs)
             rss[n] = max(rss.get(n, 0), peak_rss_bytes())
             log(f"  threads={threads} n={n}: done ({rows[-1]['memcpy_gbps']:.1f} GB/s memcpy, "
                 f"peak RSS {rss[n] / 2**30:.2f} GiB)")
@@ -67,7 +67,7 @@ def run_all(*, ops, layers, threads_list, sizes, repeat, log=print) -> dict:
             "peak_rss_bytes": peak_rss_bytes(), "peak_rss_bytes_after_size": rss}
 
 
-def _measure_op(op, *, layers, threads, n, repeat, missing, graphs) -> list:
+def _measure_op(op, *, layers, threads, n, repeat, budget_s, missing, graphs) -> list:
     """One op at one size and thread count: the memcpy and the torch variants round-robin, then
     the ORT variants round-robin in blocks. (Not all in one loop: ORT's intra-op threads keep
     spinning after a run and would steal the cores from torch's threads on a small machine.)"""
@@ -76,14 +76,15 @@ def _measure_op(op, *, layers, threads, n, repeat, missing, graphs) -> list:
     if "torch" in layers:
         for name, (fn, allocating) in tv.VARIANTS[op](inp).items():
             fns[(op, "torch", name, allocating)] = fn
-    timings = measure_interleaved(fns, repeat=repeat, min_time_s=0.05)
+    timings = measure_interleaved(fns, repeat=repeat, min_time_s=0.05, budget_s=budget_s)
     extra = {}
     if "ort" in layers:
         ort_fns = _ort_fns(op, threads, inp, missing, graphs)
         # blocks of 5: each session has its own intra-op pool, whose threads spin on after a
         # run and would steal the cores from the next session's pool on a small machine
         timings.update(measure_interleaved({k: fn for k, (fn, _) in ort_fns.items()},
-                                           repeat=repeat, min_time_s=0.05, block=5))
+                                           repeat=repeat, min_time_s=0.05, block=5,
+                                           budget_s=budget_s))
         extra = {k: {"graph": graph} for k, (_, graph) in ort_fns.items()}
         del ort_fns  # the sessions and their arenas
     copy = timings[next(iter(fns))]

@@ -40,6 +40,17 @@ TARGETS = (
 MEMCPY_BAR = 0.5
 
 
+def _runs_text(data: dict) -> str:
+    """How many timed runs the medians took, as measured (the budget cuts the largest sizes)."""
+    runs = [r["runs"] for r in data["rows"]]
+    if not runs:
+        return "no runs"
+    text = f"{min(runs)} to {max(runs)} runs per variant ({data['repeat']} asked"
+    budget = data.get("budget_s")
+    return text + (f"; more for small sizes, fewer where one op, size and layer reached the "
+                   f"{budget:g} s budget)" if budget else "; more for small sizes)")
+
+
 def _find(rows, key: tuple):
     """The row of (op, layer, variant, allocating, threads, elements), or None."""
     for r in rows:
@@ -129,8 +140,8 @@ def markdown(data: dict) -> str:
               f"{data.get('peak_rss_bytes', 0) / 2**30:.2f} GiB"),
              (f"- versions: {', '.join(f'{k} {v}' for k, v in data['versions'].items())}; "
               f"THP_MEM_ALLOC_ENABLE={host.get('THP_MEM_ALLOC_ENABLE')}"),
-             (f"- fp32; median of >= {data['repeat']} runs after 3 warm-ups (more runs for small "
-              "sizes), variants of a layer timed round-robin; GB/s = (bytes read + written by a "
+             (f"- fp32; median of {_runs_text(data)} after up to 3 warm-ups, variants of a layer "
+              "timed round-robin; GB/s = (bytes read + written by a "
               "fused kernel) / median time; x memcpy = that / a torch copy_ of the same bytes "
               "timed in the same loop"),
              ("- allocating = the op returns a fresh output (large outputs are mmapped and "

@@ -31,24 +31,41 @@ def measure(fn, *, repeat: int, warmup: int = 3, min_time_s: float = 0.0) -> Tim
     return Timing(statistics.median(samples), min(samples), max(samples), len(samples))
 
 
+MIN_RUNS = 5            # timed calls per variant, whatever the budget
+REWARM_BELOW_S = 0.005  # calls shorter than this are re-warmed before each timed block
+WARMUP_BUDGET_S = 1.0   # warm-up calls of one variant stop here (after at least one)
+
+
 def measure_interleaved(fns: dict, *, repeat: int, warmup: int = 3, min_time_s: float = 0.0,
-                        block: int = 1) -> dict:
+                        block: int = 1, budget_s: float | None = None) -> dict:
     """Like `measure`, for several callables timed round-robin (`block` calls of each per round),
-    so a change of machine load hits every variant alike and their ratios stay fair."""
+    so a change of machine load hits every variant alike and their ratios stay fair. `budget_s`
+    bounds the timed rounds once every variant has MIN_RUNS samples: at the largest sizes one
+    call takes a second, and `repeat` rounds of every variant would take many minutes."""
     for fn in fns.values():
-        for _ in range(warmup):
-            fn()
+        _warm_up(fn, warmup)
     samples = {name: [] for name in fns}
     started, calls = time.perf_counter(), 0
     while calls < repeat or (time.perf_counter() - started < min_time_s and calls < 50 * repeat):
+        if budget_s is not None and calls >= MIN_RUNS and time.perf_counter() - started > budget_s:
+            break
         for name, fn in fns.items():
-            fn()  # re-warm after the other variants ran (their threads may still be spinning)
+            if not samples[name] or min(samples[name]) < REWARM_BELOW_S:
+                fn()  # re-warm after the other variants ran (their threads may still be spinning)
             for _ in range(block):
                 t0 = time.perf_counter()
                 fn()
                 samples[name].append(time.perf_counter() - t0)
         calls += block
     return {name: Timing(statistics.median(s), min(s), max(s), len(s)) for name, s in samples.items()}
+
+
+def _warm_up(fn, calls: int) -> None:
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+        if time.perf_counter() - started > WARMUP_BUDGET_S:
+            return
 
 
 def all_threads() -> int:
