@@ -5,7 +5,7 @@ the profiles of matrix.yaml; reports go to build/<session>/report.md. For exampl
 
     nox -s matrix -- --list           # the cells and what runs, is reused or skipped, and why
     nox -s matrix -- --profile full --only torch=2.14.1 ort=1.17.3 stage=unit-ort
-    nox -s bench -- --reps 5          # arguments go to bench/run.py
+    nox -s bench -- --repeat 5        # arguments go to bench/run.py
     nox -s fuzz -- --seconds 60       # every fuzz target (fuzz/README.md), 300 s each by default
 """
 from __future__ import annotations
@@ -15,8 +15,7 @@ from pathlib import Path
 
 import nox
 
-# The oldest nox whose API this file uses; the nox that runs it is pinned in matrix.yaml (tools).
-nox.needs_version = ">=2024.3.2"
+nox.needs_version = ">=2024.3.2"  # the oldest API used here; matrix.yaml pins the nox that runs
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True
@@ -83,7 +82,8 @@ def release(session: nox.Session) -> None:
 @nox.session(venv_backend="none", default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks (bench/run.py, fused vs composed, roofline); arguments go to bench/run.py."""
-    _engine(session, "--profile", "bench", "--script-args", *session.posargs, out="bench")
+    _engine(session, "--profile", "bench", "--timeout", "3600",  # a full sweep takes long
+            "--script-args", *session.posargs, out="bench")
 
 
 def _ci_files() -> dict[str, list[str]]:

@@ -1,7 +1,7 @@
 """Fused vs composed benchmarks of the opforge ops, torch and ONNX Runtime layers (CPU, fp32).
 
   python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm,SwiGLU] [--layers torch,ort]
-                      [--threads 1,all] [--repeat 20] [--budget 15]
+                      [--threads 1,all] [--repeat 20] [--budget 8]
 
 Writes OUT/bench.json, OUT/bench.md (tables, targets met/missed), OUT/bench_<op>_<layer>.png and
 the stage result ($OPFORGE_STAGE_RESULT: headline ratios). Not a test: it never fails on slow
@@ -32,7 +32,7 @@ def parse(argv):
     parser.add_argument("--threads", default="1,all", help="comma list; 'all' = every CPU we may use")
     parser.add_argument("--sizes", default="", help="comma list of element counts (default: by LLC)")
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--budget", type=float, default=15.0, metavar="SECONDS",
+    parser.add_argument("--budget", type=float, default=8.0, metavar="SECONDS",
                         help="timed rounds of one op, size and layer stop after this many seconds "
                              f"(each variant keeps at least {timing.MIN_RUNS} runs)")
     return parser.parse_args(argv)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import resource
+import time
 
 import numpy as np
 
@@ -54,12 +55,13 @@ def run_all(*, ops, layers, threads_list, sizes, repeat, budget_s=None, log=prin
     for threads in threads_list:
         tv.set_threads(threads)
         for n in sizes:
+            started = time.monotonic()
             for op in ops:
                 rows += _measure_op(op, layers=layers, threads=threads, n=n, repeat=repeat,
                                     budget_s=budget_s, missing=missing, graphs=graphs)
             rss[n] = max(rss.get(n, 0), peak_rss_bytes())
-            log(f"  threads={threads} n={n}: done ({rows[-1]['memcpy_gbps']:.1f} GB/s memcpy, "
-                f"peak RSS {rss[n] / 2**30:.2f} GiB)")
+            log(f"  threads={threads} n={n}: done in {time.monotonic() - started:.0f} s "
+                f"({rows[-1]['memcpy_gbps']:.1f} GB/s memcpy, peak RSS {rss[n] / 2**30:.2f} GiB)")
     for op in ops:
         for name, why in tv.not_measured(op).items():
             missing[f"{op} torch {name}"] = why
