@@ -187,8 +187,10 @@ def extension(with_cuda):
     no_half = ["HALF_OPERATORS", "HALF_CONVERSIONS", "BFLOAT16_CONVERSIONS", "HALF2_OPERATORS"]
     nvcc = ["-O3", "-Xcompiler=-fvisibility=hidden", target, "-DTORCH_STABLE_ONLY", "-DUSE_CUDA", "-include", floor]
     nvcc += [f"-U__CUDA_NO_{name}__" for name in no_half]
+    # libdl.so.2 kept even where libc defines dlsym: it defines it before glibc 2.34 (platform_floor.h)
     link = [f"-Wl,-soname,{LIB_NAME}", f"-Wl,--version-script={HERE / 'csrc' / 'exports.map'}",
-            "-Wl,--no-undefined", "-Wl,--as-needed"]
+            "-Wl,--no-undefined", "-Wl,--push-state,--no-as-needed,-l:libdl.so.2,--pop-state",
+            "-Wl,--as-needed"]
     sources = ["csrc/schema.cpp", "csrc/checks.cpp", "csrc/cpu_ops.cpp"]
     kind = cpp_extension.CppExtension
     kwargs = {}

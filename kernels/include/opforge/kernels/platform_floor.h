@@ -6,7 +6,8 @@
 // The linker binds each reference to the *default* version of the library it links against. Three
 // kinds of reference pin a library to a newer platform than its code needs:
 //  - functions that glibc 2.29 re-versioned with the same meaning (exp, log, pow: new versions
-//    without the SVID error wrapper). `.symver` binds them to the x86-64 base version instead.
+//    without the SVID error wrapper) or 2.34 moved into libc (dlsym). `.symver` binds them to the
+//    x86-64 base version instead.
 //  - `__libc_single_threaded` (glibc 2.32), read by libstdc++'s shared_ptr/atomic helpers when
 //    <sys/single_threaded.h> exists. A hidden definition of our own, always 0 ("maybe more than
 //    one thread"), makes libstdc++ take its atomic path every time: correct on any glibc.
@@ -26,6 +27,10 @@
 __asm__(".symver exp,exp@GLIBC_2.2.5");
 __asm__(".symver log,log@GLIBC_2.2.5");
 __asm__(".symver pow,pow@GLIBC_2.2.5");
+// dlsym moved into libc in glibc 2.34 (torch >= 2.14's stable-ABI headers call it). Its base
+// version lives in libdl.so.2 before 2.34 and in libc.so.6 since: a library binding it must list
+// libdl.so.2 as well (opforge_torch links it with --no-as-needed).
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
 
 #if __GLIBC_PREREQ(2, 32)
 #ifdef __cplusplus
