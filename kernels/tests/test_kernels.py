@@ -105,33 +105,6 @@ def test_forward_matches_reference(shim, op, dtype):
         op.check_close(got, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
 
 
-def stream_min_bytes() -> int:
-    cpu_h = (spec.include_dir() / "opforge" / "kernels" / "cpu.h").read_text()
-    found = re.search(r"kStreamMinBytes = int64_t\((\d+)\) << (\d+);", cpu_h)
-    assert found, "cpu.h: kStreamMinBytes not found (the threshold of streamed stores)"
-    return int(found.group(1)) << int(found.group(2))
-
-
-@pytest.mark.parametrize("dtype", list(STORAGE))
-def test_a_streamed_large_output_has_the_bits_of_the_cached_path(shim, dtype):
-    """Outputs past kStreamMinBytes take non-temporal stores: same values, from a Y that starts
-    mid cache line, as the cached stores give in pieces below the threshold."""
-    itemsize = np.dtype(STORAGE[dtype][0]).itemsize
-    n = stream_min_bytes() // itemsize + 1000 + 7
-    x = to_storage(dtype, np.random.default_rng(3).uniform(-20, 20, n))
-    swish = getattr(shim, f"swish_fwd_{STORAGE[dtype][1]}")
-    streamed = np.zeros(n + 16, x.dtype)[3:n + 3]  # 3 elements past a 64-byte boundary or more
-    swish(ptr(x), ptr(streamed), ctypes.c_int64(n), ctypes.c_float(1.25))
-    cached = np.empty_like(x)
-    piece = 1 << 16
-    for start in range(0, n, piece):
-        count = min(piece, n - start)
-        swish(ctypes.c_void_p(x.ctypes.data + start * itemsize),
-              ctypes.c_void_p(cached.ctypes.data + start * itemsize), ctypes.c_int64(count),
-              ctypes.c_float(1.25))
-    assert np.array_equal(streamed.view(np.uint8), cached.view(np.uint8))
-
-
 def numeric_grad(f, x, eps=1e-6):
     g = np.zeros_like(x)
     for i in np.ndindex(x.shape):

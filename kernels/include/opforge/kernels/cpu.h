@@ -10,11 +10,6 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__SSE2__) && !defined(__CUDACC__)
-#include <emmintrin.h>
-#define OPFORGE_STREAM_STORES 1
-#endif
-
 #include "opforge/kernels/math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__) && !defined(OPFORGE_NO_CLONES)
@@ -174,48 +169,6 @@ OPFORGE_ALWAYS_INLINE void swish_forward_loop(const T* x, T* y, int64_t n, float
   for (int64_t i = 0; i < n; ++i) y[i] = store<T>(fast_swish(load(x[i]), beta));
 }
 
-#if defined(OPFORGE_STREAM_STORES)
-// An output of at least this many bytes (per call) is written with non-temporal stores: it would
-// not stay in the caches anyway, and a cached store first reads every line it fills
-// (read-for-ownership), a third stream of memory traffic beside X and Y that a copy (memcpy's
-// rep movsb) does not pay. Smaller outputs (measured: 16 MiB) are faster through the caches.
-constexpr int64_t kStreamMinBytes = int64_t(32) << 20;
-constexpr int64_t kStreamBlockBytes = 1024;  // computed into a buffer in L1, then streamed out
-
-template <class T>
-OPFORGE_ALWAYS_INLINE void stream_block(T* y, const T* block) {
-  auto* to = reinterpret_cast<__m128i*>(y);
-  const auto* from = reinterpret_cast<const __m128i*>(block);
-  for (int64_t k = 0; k < kStreamBlockBytes / 16; ++k) {
-    _mm_stream_si128(to + k, _mm_load_si128(from + k));
-  }
-}
-#endif
-
-// The same values as swish_forward_loop (the same loop computes them); only how they are stored
-// differs, by size.
-template <class T>
-OPFORGE_ALWAYS_INLINE void swish_forward_stored(const T* x, T* y, int64_t n, float beta) {
-#if defined(OPFORGE_STREAM_STORES)
-  if (n * int64_t(sizeof(T)) >= kStreamMinBytes) {
-    const auto misaligned = int64_t(reinterpret_cast<uintptr_t>(y) & 63);
-    const int64_t head = ((64 - misaligned) & 63) / int64_t(sizeof(T));
-    swish_forward_loop(x, y, head, beta);  // up to y's first cache line
-    constexpr int64_t block = kStreamBlockBytes / int64_t(sizeof(T));
-    alignas(64) T buffer[block];
-    int64_t i = head;
-    for (; i + block <= n; i += block) {
-      swish_forward_loop(x + i, buffer, block, beta);
-      stream_block(y + i, buffer);
-    }
-    swish_forward_loop(x + i, y + i, n - i, beta);
-    _mm_sfence();  // streamed stores are weakly ordered: visible before whoever reads Y next
-    return;
-  }
-#endif
-  swish_forward_loop(x, y, n, beta);
-}
-
 template <class T>
 OPFORGE_ALWAYS_INLINE void swish_backward_loop(const T* dy, const T* x, T* dx, int64_t n,
                                                float beta) {
@@ -299,7 +252,7 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
 // One non-template, multi-versioned entry per storage type: target_clones needs a plain function.
 #define OPFORGE_DEFINE_CPU_ENTRIES(T, SUFFIX)                                                     \
   OPFORGE_CPU_ENTRY void swish_forward_##SUFFIX(const T* x, T* y, int64_t n, float beta) {    \
-    swish_forward_stored(x, y, n, beta);                                                          \
+    swish_forward_loop(x, y, n, beta);                                                            \
   }                                                                                               \
   OPFORGE_CPU_ENTRY void swish_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t n,   \
                                                      float beta) {                                \
