@@ -29,8 +29,27 @@ def cache_root() -> Path:
     return Path(base)
 
 
+MIRROR_ENV, SECURITY_ENV = "OPFORGE_DEBIAN_MIRROR", "OPFORGE_DEBIAN_SECURITY_MIRROR"
+
+
+def _is_debian() -> bool:
+    try:
+        text = Path("/etc/os-release").read_text()
+        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    except OSError:
+        return False
+    return fields.get("ID", "").strip('"') == "debian"
+
+
 def _mirror() -> str:
-    """The Debian mirror this machine already uses (never hard-coded in the repo)."""
+    """The Debian mirror: $OPFORGE_DEBIAN_MIRROR, else the one this Debian machine already uses
+    (never hard-coded in the repo). Another distribution's mirror would not do: an Ubuntu runner
+    (the image job on GitHub) sets the variable."""
+    if os.environ.get(MIRROR_ENV):
+        return os.environ[MIRROR_ENV]
+    if not _is_debian():
+        raise RuntimeError(f"opforge: this machine is not Debian, so its apt mirror cannot serve "
+                           f"Debian packages: set {MIRROR_ENV} to a Debian mirror's URL")
     if SYSTEM_SOURCES.exists():
         for line in SYSTEM_SOURCES.read_text().splitlines():
             if line.startswith("URIs:") and "security" not in line:
@@ -45,13 +64,16 @@ def _mirror() -> str:
 
 
 def security_mirror() -> str:
-    """The mirror of Debian's security suites this machine uses (docker/build.sh adds the same)."""
+    """The mirror of Debian's security suites: $OPFORGE_DEBIAN_SECURITY_MIRROR, else the one this
+    machine uses (docker/build.sh adds the same)."""
+    if os.environ.get(SECURITY_ENV):
+        return os.environ[SECURITY_ENV]
     if SYSTEM_SOURCES.exists():
         for line in SYSTEM_SOURCES.read_text().splitlines():
             if line.startswith("URIs:") and "security" in line:
                 return line.split(":", 1)[1].strip()
-    raise RuntimeError(f"opforge: no Debian security mirror in {SYSTEM_SOURCES}; cannot lock "
-                       "the image's packages")
+    raise RuntimeError(f"opforge: no Debian security mirror in {SYSTEM_SOURCES}: set "
+                       f"{SECURITY_ENV}; cannot lock the image's packages")
 
 
 def _apt_options(state: Path, suite: str) -> list[str]:

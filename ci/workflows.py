@@ -122,8 +122,10 @@ def image_job(tag: str, needs: str | None = None) -> dict:
         "  exit 0\n"
         "fi\n"
         "sudo apt-get update\n"
-        "sudo apt-get install -y --no-install-recommends debootstrap podman runc\n"
-        "built=$(sudo --preserve-env=OPFORGE_PODMAN_ROOT docker/build.sh)\n"
+        "sudo apt-get install -y --no-install-recommends debootstrap debian-archive-keyring podman"
+        " runc\n"
+        "built=$(sudo --preserve-env=OPFORGE_PODMAN_ROOT,OPFORGE_DEBIAN_MIRROR,"
+        "OPFORGE_DEBIAN_SECURITY_MIRROR docker/build.sh)\n"
         'if [ "${built##*:}" != "$OPFORGE_IMAGE_TAG" ]; then\n'
         '  echo "opforge: docker/build.sh built $built, the workflow expects the tag'
         ' $OPFORGE_IMAGE_TAG: run python -m ci.workflows --update" >&2\n'
@@ -137,7 +139,10 @@ def image_job(tag: str, needs: str | None = None) -> dict:
         "runs-on": HOSTED,
         "permissions": {"contents": "read", "packages": "write"},
         "outputs": {"ref": "${{ steps.ref.outputs.ref }}"},
-        "env": {"OPFORGE_IMAGE_TAG": tag},
+        # the runner is Ubuntu: debootstrap needs a Debian mirror, a repository variable
+        "env": {"OPFORGE_IMAGE_TAG": tag,
+                "OPFORGE_DEBIAN_MIRROR": "${{ vars.OPFORGE_DEBIAN_MIRROR }}",
+                "OPFORGE_DEBIAN_SECURITY_MIRROR": "${{ vars.OPFORGE_DEBIAN_SECURITY_MIRROR }}"},
         "steps": [
             _checkout(),
             # registry names are lower case; a repository's name need not be

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import aptlock, container, workflows
+from ci import aptlock, container, debian, workflows
 from ci import matrix as mx
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -232,3 +232,17 @@ def test_a_debootstrapped_root_matches_the_live_lock_or_names_the_drift(tmp_path
         changed = dict(found, dash="0.0-1")
         with pytest.raises(aptlock.LockError, match=r"  dash: locked .*, found 0\.0-1"):
             aptlock.check(lock, "base", changed)
+
+
+def test_the_mirror_comes_from_the_environment_first(monkeypatch):
+    monkeypatch.setenv(debian.MIRROR_ENV, "http://mirror.invalid/debian")
+    monkeypatch.setenv(debian.SECURITY_ENV, "http://mirror.invalid/debian-security")
+    assert debian._mirror() == "http://mirror.invalid/debian"
+    assert debian.security_mirror() == "http://mirror.invalid/debian-security"
+
+
+def test_a_machine_that_is_not_debian_is_told_which_variable_to_set(monkeypatch):
+    monkeypatch.delenv(debian.MIRROR_ENV, raising=False)
+    monkeypatch.setattr(debian, "_is_debian", lambda: False)  # an Ubuntu runner
+    with pytest.raises(RuntimeError, match=r"not Debian.*set OPFORGE_DEBIAN_MIRROR"):
+        debian._mirror()
