@@ -74,6 +74,7 @@ class Workspace:
         self.claims = VenvClaims()                # stages side by side (--jobs) share venvs safely
         self._provisioning = threading.RLock()    # toolkits and headers: once, whoever asks first
         self._cpu_s: dict[Path, float] = {}       # per stage log (sh)
+        self._cpu_lock = threading.Lock()
 
     def log_path(self, stage: str, key_hash: str) -> Path:
         return self.out / "logs" / stage / f"{key_hash}.log"
@@ -98,14 +99,14 @@ class Workspace:
                 handle.write(f"\nopforge matrix: timed out after {self.timeout_s} s: killed\n")
                 raise TimeoutError(f"`{Path(command[0]).name} ...` ran past the stage timeout "
                                    f"({self.timeout_s} s); see the log") from None
-        with self._provisioning:
+        with self._cpu_lock:
             self._cpu_s[log] = self._cpu_s.get(log, 0.0) + cpu_s
         return code
 
     def cpu_seconds(self, log: Path) -> float:
         """CPU time (user + system) of every command run so far into `log`, their children's
         included: what a stage cost the machine, beside its wall time."""
-        with self._provisioning:
+        with self._cpu_lock:
             return round(self._cpu_s.pop(log, 0.0), 1)
 
     def logger(self, log: Path) -> Callable[[str], None]:

@@ -151,9 +151,10 @@ def lay_out(out: Path, wheels: dict[str, list[Path]], sdists: list[Path], spec: 
     files: dict[str, dict] = {}
     for variant, paths in wheels.items():
         for path in paths:
-            entry = files.setdefault(path.name, {"file": path.name, "sha256": index.sha256(path),
+            digest = index.sha256(path)
+            entry = files.setdefault(path.name, {"file": path.name, "sha256": digest,
                                                  "bytes": path.stat().st_size, "variants": []})
-            if entry["sha256"] != index.sha256(path):
+            if entry["sha256"] != digest:
                 raise ReleaseError(f"{path}: two different files named {path.name} (variants "
                                    f"{entry['variants']} and {variant})")
             entry["variants"].append(variant)

@@ -159,8 +159,7 @@ def link(inputs: list[Path], link_args: list[str], exe: Path, opt: str = OPTIMIZ
 
 def engine_object(opt: str = OPTIMIZED) -> Path:
     """The engine: sanitizers on (it links with the target) but no coverage of its own."""
-    name = "driver.o" if opt == OPTIMIZED else f"driver{opt}.o"
-    return compile_object(DRIVER, BUILD / "engine" / name, [*SANITIZE, opt])
+    return compile_object(DRIVER, BUILD / "engine" / f"driver{opt}.o", [*SANITIZE, opt])
 
 
 def build_fuzzer(out: Path, sources: Sequence[Path], include_dirs: Sequence[str] = (),
