@@ -319,7 +319,7 @@ def fetch_indexes(release: str, state: Path) -> tuple[dict[str, list[Candidate]]
 
 
 def _apt_options(release: str, state: Path, debian) -> list[str]:
-    mirror, security = debian._mirror(), debian.security_mirror()
+    mirror, security = debian.mirror(), debian.security_mirror()
     sources = state / "image.sources"
     state.mkdir(parents=True, exist_ok=True)
     keyring = f"Signed-By: {debian.KEYRING}\n"

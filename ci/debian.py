@@ -41,7 +41,7 @@ def _is_debian() -> bool:
     return fields.get("ID", "").strip('"') == "debian"
 
 
-def _mirror() -> str:
+def mirror() -> str:
     """The Debian mirror: $OPFORGE_DEBIAN_MIRROR, else the one this Debian machine already uses
     (never hard-coded in the repo). Another distribution's mirror would not do: an Ubuntu runner
     (the image job on GitHub) sets the variable."""
@@ -81,7 +81,7 @@ def _apt_options(state: Path, suite: str) -> list[str]:
     if not sources.exists():
         state.mkdir(parents=True, exist_ok=True)
         sources.write_text(
-            f"Types: deb\nURIs: {_mirror()}\nSuites: {suite}\n"
+            f"Types: deb\nURIs: {mirror()}\nSuites: {suite}\n"
             f"Components: main contrib non-free\nSigned-By: {KEYRING}\n")
     (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (state / "archives" / "partial").mkdir(parents=True, exist_ok=True)

@@ -310,7 +310,37 @@ def prepared_venv(job: Job, ws: Workspace, extra_tools: list[str] = ()) -> Path:
         venvs.install_on_top(venv, {pin.split("==")[0]: (pin, pin) for pin in tools
                                     if pin not in base}, run)
         venvs.install_on_top(venv, built_wheels(job), run, pip_args=("--no-deps", "--force-reinstall"))
+        venvs.install_on_top(venv, declared_dependencies(job, venv), run)
     return venv
+
+
+def declared_dependencies(job: Job, venv: Path) -> dict[str, tuple[str, str]]:
+    """What the built wheels declare (Requires-Dist without extras) beyond the venv's own pins:
+    a CUDA build's CUDA runtime wheel, which its RUNPATH finds as in a user's install. A pin of
+    the same distribution in the cell's toolkit (the runtime it was verified with) is preferred."""
+    from ci import index
+
+    known = {_dist_name(p) for p in venvs.requirements(job.matrix, job.cell, job.stage.venv)}
+    known |= {_dist_name(slot) for slot in [*built_wheels(job), *venvs.installed(venv)]}
+    toolkit = job.matrix.toolkits.get(job.cell.values["toolkit"])
+    pins = {_dist_name(p): p for p in (toolkit.packages if toolkit else ())}
+    wanted = {}
+    for wheel, _ in built_wheels(job).values():
+        for req in index.runtime_requirements(Path(wheel)):
+            name = _dist_name(req.name)
+            if name in known:
+                continue
+            pin = pins.get(name, "")
+            fits = pin and req.specifier.contains(pin.split("==", 1)[1], prereleases=True)
+            wanted[name] = (pin, pin) if fits else (str(req), str(req))
+    return wanted
+
+
+def _dist_name(requirement: str) -> str:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    return canonicalize_name(Requirement(requirement).name)
 
 
 def pytest_tools(job: Job) -> list[str]:

@@ -10,6 +10,7 @@ Requires-Python (PEP 503, HTML-escaped), so pip skips files for another Python w
 """
 from __future__ import annotations
 
+import email.message
 import email.parser
 import hashlib
 import html
@@ -19,6 +20,7 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -55,8 +57,8 @@ def project_of(path: Path) -> tuple[str, str]:
     return canonicalize_name(name), str(version)
 
 
-def requires_python(path: Path) -> str:
-    """The Requires-Python of a wheel's METADATA or an sdist's PKG-INFO ('' when absent)."""
+def metadata(path: Path) -> email.message.Message:
+    """A wheel's METADATA or an sdist's PKG-INFO (empty when absent)."""
     text = ""
     if path.name.endswith(".whl"):
         with zipfile.ZipFile(path) as archive:
@@ -68,7 +70,18 @@ def requires_python(path: Path) -> str:
             member = next((m for m in archive.getmembers()
                            if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")), None)
             text = archive.extractfile(member).read().decode() if member else ""
-    return email.parser.Parser().parsestr(text).get("Requires-Python", "") or ""
+    return email.parser.Parser().parsestr(text)
+
+
+def requires_python(path: Path) -> str:
+    """The Requires-Python of a wheel or sdist ('' when absent)."""
+    return metadata(path).get("Requires-Python", "") or ""
+
+
+def runtime_requirements(path: Path) -> list[Requirement]:
+    """A wheel's Requires-Dist that apply on this machine without any extra."""
+    found = [Requirement(text) for text in metadata(path).get_all("Requires-Dist") or []]
+    return [req for req in found if req.marker is None or req.marker.evaluate({"extra": ""})]
 
 
 def _link(path: Path) -> str:

@@ -12,7 +12,8 @@ variant's pinned versions from its index (--extra-index-url; everything else fro
 index), declared dependencies only, then the README quick start. A CUDA variant without a GPU
 also loads every library and asks the arch guard (skipped with the reason when no GPU). Last, the
 default (CPU) opforge-torch wheel, built against one torch, goes into the CUDA variant's venv with
-another torch and runs the quick start again.
+another torch and runs the quick start again. Then the default variant runs on an older glibc
+(ci/old_glibc.py; `skipped: <why>` where this machine cannot chroot).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ci import index, venvs, wheels
+from ci import index, old_glibc, venvs, wheels
 from ci import matrix as mx
 from ci.plan import key_hash, key_text
 
@@ -194,10 +195,17 @@ def pip_install(python: Path, index_root: Path, requirements: list[str], log: Pa
                            f"failed (see {log})")
 
 
-def run_code(python: Path, code: str, what: str, log: Path) -> None:
+def run_code(python: Path, code: str, what: str, log: Path) -> str:
+    """Runs `code`; returns its last output line (the whole output goes to the log)."""
     with tempfile.TemporaryDirectory(prefix="opforge-smoke-") as cwd:
-        if run([str(python), "-c", code], log, cwd=cwd, env=_clean_env()).returncode != 0:
-            raise ReleaseError(f"{what} failed (see {log})")
+        done = subprocess.run([str(python), "-c", code], cwd=cwd, env=_clean_env(),
+                              capture_output=True, text=True)
+    with open(log, "a") as handle:
+        handle.write(f"\n$ {python} -c <{what}>\n{done.stdout}{done.stderr}")
+    if done.returncode != 0:
+        raise ReleaseError(f"{what} failed (see {log})")
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 # torch and the CUDA wheels it pulls (~5.6 GB for a CUDA torch): what --share-torch links instead
@@ -237,8 +245,8 @@ def smoke_variant(out: Path, variant: str, wheels: list[Path], pins: list[str], 
     run_code(python, quick_start(), f"{variant}: the README quick start", log)
     steps = [*shared, "install " + " ".join(wanted + pins), "README quick start"]
     if any("+" in v for v in have.values()):
-        run_code(python, CUDA_CHECK, f"{variant}: CUDA libraries and arch check", log)
-        steps.append("CUDA libraries load; arch check")
+        arch = run_code(python, CUDA_CHECK, f"{variant}: CUDA libraries and arch check", log)
+        steps.append(f"CUDA libraries load; {arch}")
         gpu = _dry_run_extra(python, out / "index" / variant, f"opforge-ort[gpu]=={have['opforge-ort']}",
                              "onnxruntime-gpu", log)
         steps.append(f"opforge-ort[gpu] resolves {gpu}")
@@ -278,6 +286,18 @@ def smoke_cross_torch(out: Path, default: str, cuda_variant: str, wheels: dict[s
                       f"runs the quick start on torch {shown[0] if shown else '?'}")]}
 
 
+def on_old_glibc(matrix: mx.Matrix, cell: mx.Cell, wheels: list[Path], out: Path, log: Path) -> dict:
+    """The default variant on the profile's older Debian (ci/old_glibc.py); its torch libraries
+    come from the cell's torch venv."""
+    torch_venv = venvs.venv_path(f"torch-{cell.values['torch']}", venvs.requirements(matrix, cell, "torch"))
+    torch_lib = next((torch_venv / "lib").glob("python3*/site-packages")) / "torch" / "lib"
+    try:
+        return old_glibc.check(matrix.profiles[PROFILE].old_glibc, cell.variant, wheels, torch_lib,
+                               out, log)
+    except old_glibc.OldGlibcError as exc:
+        raise ReleaseError(f"{cell.variant} on an older glibc: {exc}") from None
+
+
 # ---------------------------------------------------------------------------------------- report
 
 
@@ -287,7 +307,8 @@ def write_report(out: Path, laid: dict, smoke: list[dict]) -> None:
     lines += [f"| {f['file']} | {' '.join(f['variants'])} | {f['bytes'] / 1e6:.2f} | `{f['sha256']}` |"
               for f in laid["files"]]
     lines += ["", "## Smoke test (fresh venv, from the variant's index)", ""]
-    lines += [f"- {s['variant']}: {'ok' if s['ok'] else 'FAILED'} in {s['seconds']} s: "
+    lines += [f"- {s['variant']}: skipped: {s['skipped']}" if s.get("skipped") else
+              f"- {s['variant']}: {'ok' if s['ok'] else 'FAILED'} in {s['seconds']} s: "
               f"{'; '.join(s['steps'])}" for s in smoke]
     (out / "release.md").write_text("\n".join(lines) + "\n")
 
@@ -341,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             cuda = [v for v in wheels if v != default]
             if cuda:
                 smoke.append(smoke_cross_torch(out, default, cuda[0], wheels, log))
+            if matrix.profiles[PROFILE].old_glibc:
+                smoke.append(on_old_glibc(matrix, cells[default], wheels[default], out, log))
             shutil.rmtree(out / "smoke", ignore_errors=True)   # GBs of torch
         write_report(out, laid, smoke)
     except (ReleaseError, index.IndexFileError) as exc:

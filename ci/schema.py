@@ -357,6 +357,13 @@ def _variant_names(variants: dict | None) -> dict | None:
     return variants
 
 
+class OldGlibc(Section):
+    """Where `nox -s release` runs the default variant on an older glibc (ci/old_glibc.py)."""
+
+    debian: StrictStr = Field(description="a Debian release the mirror serves (debootstrapped)")
+    packages: tuple[StrictStr, ...] = Field(min_length=1, description="pins for its python3")
+
+
 class Profile(Section):
     """Axis values (the cells: their product less what the rules exclude); its name is its key."""
 
@@ -379,6 +386,7 @@ class Profile(Section):
     # a release: its cells are the union of each variant's (the profile's values, overridden)
     variants: Annotated[Optional[dict[StrictStr, Variant]], AfterValidator(_variant_names)] = \
         Field(None, description="a mapping of variant names to variants")
+    old_glibc: Optional[OldGlibc] = None
 
     @field_validator(*AXES, "stages")
     @classmethod

@@ -191,6 +191,28 @@ def platform_problem(repaired: Path, unpacked: Path, tools: Path, log: Path) -> 
             + (f"; auditwheel show: {verdict}" if verdict else ""))
 
 
+def undeclared_cudart(wheel: Path, unpacked: Path, log: Path) -> list[str]:
+    """A library that NEEDs libcudart.so.N loads only where some CUDA runtime is found: its wheel
+    must declare one (the nvidia-cuda-runtime wheel of that major, or torch, which brings its own),
+    else it works on the build machine (a system CUDA) and nowhere else."""
+    from packaging.utils import canonicalize_name
+
+    from ci import index
+
+    declared = {canonicalize_name(req.name) for req in index.runtime_requirements(wheel)}
+    problems = []
+    for lib in sorted(unpacked.rglob("*.so*")):
+        dynamic = _run(["readelf", "-d", str(lib)], log).stdout if lib.is_file() else ""
+        for major in re.findall(r"\(NEEDED\)\s+Shared library: \[libcudart\.so\.(\d+)\]", dynamic):
+            wanted = "nvidia-cuda-runtime" + ("" if int(major) >= 13 else f"-cu{major}")
+            if not declared & {wanted, "torch"}:
+                problems.append(f"{lib.name} needs libcudart.so.{major} but the wheel does not "
+                                f"declare {wanted} (Requires-Dist): it loads only where a system "
+                                f"CUDA {major} is installed; add it to the package's "
+                                f"cuda-dependencies in pyproject.toml")
+    return problems
+
+
 def bundled_runtimes(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         names = [Path(n).name for n in archive.namelist()]
@@ -241,6 +263,7 @@ def repair_and_check(wheels: list[str], out: Path, tools: Path, log: Path,
         if platform:
             problems.append(platform)
         problems += [f"bundles {lib}" for lib in bundled_runtimes(repaired)]
+        problems += undeclared_cudart(repaired, unpacked, log)
         problems += tag_problems(repaired.name)
         for lib in sorted(unpacked.rglob("*.so*")):
             if lib.is_file() and re.search(r"\.so(\.\d+)*$", lib.name) and ".libs" not in lib.parent.name:

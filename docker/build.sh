@@ -17,7 +17,7 @@ image=$(opforge_image)
 import_base() {
   local rootfs="$OPFORGE_PODMAN_ROOT/rootfs-$release" mirror security
   opforge_need debootstrap
-  mirror=$(cd "$OPFORGE_REPO" && python3 -c 'from ci import debian; print(debian._mirror())')
+  mirror=$(cd "$OPFORGE_REPO" && python3 -c 'from ci import debian; print(debian.mirror())')
   security=$(cd "$OPFORGE_REPO" && python3 -c 'from ci import debian; print(debian.security_mirror())' 2>/dev/null || true)
   rm -rf "$rootfs"
   echo "opforge: debootstrap --variant=minbase $release" >&2

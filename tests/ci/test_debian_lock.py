@@ -221,7 +221,7 @@ def test_a_debootstrapped_root_matches_the_live_lock_or_names_the_drift(tmp_path
 
     lock = aptlock.load()
     rootfs = tmp_path / "rootfs"
-    subprocess.run(["debootstrap", "--variant=minbase", lock.release, str(rootfs), debian._mirror()],
+    subprocess.run(["debootstrap", "--variant=minbase", lock.release, str(rootfs), debian.mirror()],
                    check=True, capture_output=True)
     found = aptlock.installed(str(rootfs / "var" / "lib" / "dpkg"))
     try:
@@ -237,7 +237,7 @@ def test_a_debootstrapped_root_matches_the_live_lock_or_names_the_drift(tmp_path
 def test_the_mirror_comes_from_the_environment_first(monkeypatch):
     monkeypatch.setenv(debian.MIRROR_ENV, "http://mirror.invalid/debian")
     monkeypatch.setenv(debian.SECURITY_ENV, "http://mirror.invalid/debian-security")
-    assert debian._mirror() == "http://mirror.invalid/debian"
+    assert debian.mirror() == "http://mirror.invalid/debian"
     assert debian.security_mirror() == "http://mirror.invalid/debian-security"
 
 
@@ -245,4 +245,4 @@ def test_a_machine_that_is_not_debian_is_told_which_variable_to_set(monkeypatch)
     monkeypatch.delenv(debian.MIRROR_ENV, raising=False)
     monkeypatch.setattr(debian, "_is_debian", lambda: False)  # an Ubuntu runner
     with pytest.raises(RuntimeError, match=r"not Debian.*set OPFORGE_DEBIAN_MIRROR"):
-        debian._mirror()
+        debian.mirror()

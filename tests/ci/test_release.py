@@ -104,17 +104,20 @@ def cuda_home(tmp_path: Path, version: int) -> str:
     return str(tmp_path)
 
 
+GPU_EXTRAS = {"13": {"gpu": ["onnxruntime-gpu[cuda,cudnn]>=1.27"]},
+              "12": {"gpu": ["onnxruntime-gpu[cuda,cudnn]>=1.19,<1.27"]}}
+
+
 @pytest.mark.parametrize("label, cuda, version, extras, dependencies", [
     ("", None, "0.1.0", {}, []),
-    ("cu130", 13000, "0.1.0+cu130", {"gpu": ["onnxruntime-gpu>=1.17"]}, RUNTIME["13"]),
-    ("cu128", 12080, "0.1.0+cu128", {"gpu": ["onnxruntime-gpu>=1.17"]}, RUNTIME["12"]),
+    ("cu130", 13000, "0.1.0+cu130", GPU_EXTRAS["13"], RUNTIME["13"]),
+    ("cu128", 12080, "0.1.0+cu128", GPU_EXTRAS["12"], RUNTIME["12"]),
 ])
 def test_provider_labels_the_version_and_adds_cuda_extras_and_runtime(monkeypatch, tmp_path, label,
                                                                      cuda, version, extras, dependencies):
     monkeypatch.setenv("OPFORGE_LOCAL_VERSION", label)
     monkeypatch.setenv("OPFORGE_CUDA_HOME", cuda_home(tmp_path, cuda) if cuda else "")
-    settings = {"version": "0.1.0", "cuda-extras": {"gpu": ["onnxruntime-gpu>=1.17"]},
-                "cuda-dependencies": RUNTIME}
+    settings = {"version": "0.1.0", "cuda-extras": GPU_EXTRAS, "cuda-dependencies": RUNTIME}
     assert _provider("ort_plugin").dynamic_metadata(settings, {}) == {
         "version": version, "optional-dependencies": extras, "dependencies": dependencies}
 
@@ -243,3 +246,73 @@ def test_share_torch_links_torch_and_its_cuda_wheels_only(name, shared):
     from ci import release
 
     assert bool(release.TORCH_FILES.match(name)) is shared
+
+
+@pytest.mark.parametrize("package", ["ort_plugin", "trt_plugin"])
+def test_cuda_plugins_declare_the_runtime_of_every_toolkit_major(package):
+    """A CUDA build links libcudart.so.<major> shared, found through its RUNPATH in the runtime
+    wheel: without the declaration it loads only where a system CUDA of that major exists."""
+    import tomllib
+
+    settings = tomllib.loads((REPO / "packages" / package / "pyproject.toml").read_text())
+    declared = settings["tool"]["dynamic-metadata"][0].get("cuda-dependencies", {})
+    majors = {spec.cuda.split(".")[0] for spec in mx.load().toolkits.values()}
+    assert majors <= set(declared), f"{package}: no cuda-dependencies for CUDA {majors - set(declared)}"
+    for major in majors:
+        wanted = "nvidia-cuda-runtime" + ("" if int(major) >= 13 else f"-cu{major}")
+        assert any(req.startswith(wanted + ">=") for req in declared[major]), declared[major]
+
+
+def test_a_skipped_release_check_says_why_in_release_md(tmp_path):
+    from ci import release
+
+    laid = {"files": []}
+    release.write_report(tmp_path, laid, [
+        {"variant": "cpu", "ok": True, "steps": ["README quick start"], "seconds": 3},
+        {"variant": "cpu on Debian bullseye", "ok": True, "skipped": "needs root", "steps": [],
+         "seconds": 0}])
+    text = (tmp_path / "release.md").read_text()
+    assert "- cpu: ok in 3 s: README quick start" in text
+    assert "- cpu on Debian bullseye: skipped: needs root" in text
+    assert "bullseye: ok" not in text
+
+
+def test_the_old_glibc_check_is_skipped_without_root(monkeypatch):
+    from ci import old_glibc
+
+    monkeypatch.setattr(old_glibc.os, "geteuid", lambda: 1000)
+    assert old_glibc.unavailable() == "needs root (debootstrap, chroot)"
+    result = old_glibc.check(mx.load().profiles["release"].old_glibc, "cpu", [], Path("/nonexistent"),
+                             Path("/nonexistent"), Path("/nonexistent/log"))
+    assert result["skipped"] == "needs root (debootstrap, chroot)" and result["steps"] == []
+
+
+def metadata_wheel(folder: Path, name: str, version: str, requires: list[str]) -> str:
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-linux_x86_64.whl"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta += "".join(f"Requires-Dist: {req}\n" for req in requires)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{name}-{version}.dist-info/METADATA", meta)
+    return str(path)
+
+
+def test_a_stage_venv_gets_what_the_built_wheels_declare(tmp_path):
+    """The matrix installs its wheels --no-deps; what they declare beyond the venv's pins (a CUDA
+    build's runtime wheel) comes after, as a user's pip would bring it: the toolkit's own pin when
+    it fits, never a second copy of a pinned or built package, never an extra."""
+    from ci import executors
+    from ci.report import Result
+
+    matrix = mx.load()
+    cell = next(c for c in mx.expand(matrix, "release")[0] if c.variant == "cu128")
+    ort = metadata_wheel(tmp_path, "opforge_ort", "0.1.0+cu128", [
+        "nvidia-cuda-runtime-cu12<13,>=12", 'onnxruntime-gpu>=1.17; extra == "gpu"'])
+    loader = metadata_wheel(tmp_path, "opforge_loader", "0.1.0", ["numpy", "opforge-ort"])
+    inputs = {"build-ort": Result("pass", outputs={"wheels": [ort]}),
+              "build-loader": Result("pass", outputs={"wheels": [loader]})}
+    job = executors.Job(matrix, cell, matrix.stages["unit-loader"], "key", "digest", inputs,
+                        tmp_path / "log", tmp_path)
+    assert executors.declared_dependencies(job, tmp_path / "venv") == {
+        "nvidia-cuda-runtime-cu12": ("nvidia-cuda-runtime-cu12==12.4.127",) * 2}

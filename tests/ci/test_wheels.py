@@ -153,3 +153,43 @@ def test_platform_floor_h_keeps_a_gcc_build_at_manylinux_2_28(tmp_path):
 def test_an_old_enough_tag_passes(tmp_path):
     wheel = tmp_path / "opforge_x-0.1.0-py3-none-manylinux_2_24_x86_64.whl"
     assert wheels.platform_problem(wheel, tmp_path, tmp_path, tmp_path / "log") is None
+
+
+def wheel_needing_cudart(tmp_path, major: int, requires: list[str]):
+    """A wheel whose library NEEDs libcudart.so.<major> (a stub of that SONAME), declaring `requires`."""
+    import zipfile
+
+    stub = build_lib(tmp_path, "libcudart.so", f"libcudart.so.{major}", "int cudart_stub() { return 0; }\n")
+    src = tmp_path / "plugin.cc"
+    src.write_text("int cudart_stub();\nint call() { return cudart_stub(); }\n")
+    lib = tmp_path / "libopforge_ort.so.1"
+    subprocess.run(["g++", "-shared", "-fPIC", "-Wl,--no-as-needed", "-o", str(lib), str(src),
+                    str(stub)], check=True)
+    meta = "Metadata-Version: 2.1\nName: opforge-ort\nVersion: 0.1.0\n"
+    meta += "".join(f"Requires-Dist: {req}\n" for req in requires)
+    wheel = tmp_path / "opforge_ort-0.1.0-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.write(lib, "opforge_ort/libopforge_ort.so.1")
+        archive.writestr("opforge_ort-0.1.0.dist-info/METADATA", meta)
+    unpacked = tmp_path / "unpacked"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    return wheel, unpacked
+
+
+@needs_gcc
+@pytest.mark.parametrize("major, requires, expected", [
+    (13, [], "does not declare nvidia-cuda-runtime (Requires-Dist)"),
+    (12, ["nvidia-cuda-runtime>=13"], "does not declare nvidia-cuda-runtime-cu12"),
+    (13, ["nvidia-cuda-runtime>=13,<14"], None),
+    (12, ["nvidia_cuda_runtime_cu12<13,>=12"], None),
+    (13, ["torch>=2.10"], None),                      # torch brings its own CUDA runtime
+    (13, ['nvidia-cuda-runtime; extra == "gpu"'], "does not declare"),  # an extra is not installed
+])
+def test_a_library_needing_cudart_must_declare_a_runtime(tmp_path, major, requires, expected):
+    wheel, unpacked = wheel_needing_cudart(tmp_path, major, requires)
+    problems = wheels.undeclared_cudart(wheel, unpacked, tmp_path / "log")
+    if expected is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and expected in problems[0], problems
+        assert f"libcudart.so.{major}" in problems[0] and "cuda-dependencies" in problems[0]

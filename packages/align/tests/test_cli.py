@@ -210,3 +210,25 @@ def test_an_export_folder_runs_each_model_on_each_case(tmp_path, align, ort_libr
     runs = json.loads((tmp_path / "r.json").read_text())["runs"]
     assert [r["label"] for r in runs] == ["m.float32.custom.small", "m.float32.custom.big"]
     assert [r["inputs"]["x"]["shape"] for r in runs] == [[1, 16], [5, 16]]
+
+
+def test_ort_cuda_that_falls_back_to_the_cpu_is_an_error_not_a_result(model, monkeypatch):
+    """onnxruntime-gpu without its CUDA libraries quietly runs on the CPU EP: `ort-cuda` results
+    would then be CPU results under a CUDA label."""
+    import onnxruntime
+
+    from opforge_align import errors, runtimes
+    from opforge_align import model as model_io
+
+    path, _ = model
+
+    class FellBack(onnxruntime.InferenceSession):
+        def __init__(self, proto, options, providers):
+            super().__init__(proto, options, providers=["CPUExecutionProvider"])
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", FellBack)
+    loaded = model_io.load(path)
+    with pytest.raises(errors.AlignError, match=r"the CUDA execution provider did not load .*"
+                                                r"fell back to CPUExecutionProvider"):
+        runtimes.run_ort(loaded, loaded.proto, {}, [], libraries=runtimes.ort_libraries(loaded),
+                         providers=["CUDAExecutionProvider", "CPUExecutionProvider"], label="ort-cuda")

@@ -16,6 +16,8 @@ def _cuda_session(model: bytes) -> ort.InferenceSession:
         pytest.skip("no GPU kernels: opforge_ort was built without OPFORGE_CUDA_HOME")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         pytest.skip(f"no GPU: onnxruntime {ort.__version__} has no CUDAExecutionProvider")
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # the CUDA/cuDNN wheels the matrix pins beside onnxruntime-gpu (no torch here)
     options = opforge_ort.session_options()
     options.log_severity_level = 3
     # Every node must run on the GPU: a silent fall back to the CPU kernels would prove nothing.

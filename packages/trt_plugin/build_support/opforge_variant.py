@@ -3,12 +3,13 @@
 Build inputs (environment), documented in the package README:
   OPFORGE_LOCAL_VERSION  the variant's PEP 440 local label, e.g. "cu130" -> 0.1.0+cu130; unset or
                          empty: the plain version (the default variant, the one for PyPI)
-  OPFORGE_CUDA_HOME      set: a CUDA build, which also gets the `cuda-extras` of the settings and
-                         the `cuda-dependencies` of its CUDA major (read from include/cuda.h)
+  OPFORGE_CUDA_HOME      set: a CUDA build, which also gets the `cuda-extras` and the
+                         `cuda-dependencies` of its CUDA major (read from include/cuda.h)
 
 Settings ([[tool.dynamic-metadata]] in pyproject.toml): `version` (the base version),
-`cuda-extras` (extra name -> requirements, added to a CUDA build only) and `cuda-dependencies`
-(CUDA major -> requirements: the CUDA runtime wheel the library's RUNPATH points into).
+`cuda-extras` (CUDA major -> extra name -> requirements, added to a CUDA build of that major only)
+and `cuda-dependencies` (CUDA major -> requirements: the CUDA runtime wheel the library's RUNPATH
+points into).
 """
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ def dynamic_metadata(settings: Mapping[str, Any], project: Mapping[str, Any]) ->
     label = local_label()
     version = str(settings["version"]) + (f"+{label}" if label else "")
     cuda_home = os.environ.get("OPFORGE_CUDA_HOME", "").strip()
-    extras = dict(settings.get("cuda-extras", {})) if cuda_home else {}
-    runtime = settings.get("cuda-dependencies", {}).get(cuda_major(cuda_home), []) if cuda_home else []
+    major = cuda_major(cuda_home) if cuda_home else None
+    extras = dict(settings.get("cuda-extras", {}).get(major, {})) if major else {}
+    runtime = settings.get("cuda-dependencies", {}).get(major, []) if major else []
     return {"version": version, "optional-dependencies": extras,
             "dependencies": [*project.get("dependencies", []), *runtime]}
 

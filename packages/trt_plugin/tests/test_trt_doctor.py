@@ -12,10 +12,20 @@ from opforge_trt import doctor
 LIB = Path(opforge_trt.library_path())
 
 
+def _beside_site_packages(tmp_path) -> Path:
+    """A folder for a copy of the library whose RUNPATH ($ORIGIN/../nvidia/...) still finds the
+    CUDA runtime wheel: else every diagnosis would be `dependency-missing` where no system CUDA is."""
+    folder = tmp_path / "opforge_trt"
+    folder.mkdir()
+    if (LIB.parent.parent / "nvidia").is_dir():
+        (tmp_path / "nvidia").symlink_to(LIB.parent.parent / "nvidia")
+    return folder
+
+
 def _broken(tmp_path, old: bytes, new: bytes, name="libopforge_trt.so.1") -> str:
     data = LIB.read_bytes()
     assert old in data and len(old) == len(new)
-    path = tmp_path / name
+    path = _beside_site_packages(tmp_path) / name
     path.write_bytes(data.replace(old, new))
     return str(path)
 
@@ -100,8 +110,8 @@ def test_field_missing(tmp_path):
 
 
 def test_manifest_mismatch(tmp_path):
-    lib = tmp_path / LIB.name
+    lib = _beside_site_packages(tmp_path) / LIB.name
     shutil.copy(LIB, lib)
     manifest = Path(opforge_trt.manifest_path()).read_text()
-    (tmp_path / (LIB.name + ".manifest.json")).write_text(manifest.replace('"sha256": "', '"sha256": "00'))
+    (lib.parent / (LIB.name + ".manifest.json")).write_text(manifest.replace('"sha256": "', '"sha256": "00'))
     assert doctor.diagnose(str(lib)).codes() == ["manifest-mismatch"]

@@ -99,9 +99,18 @@ def run_ort(model, proto, feeds, names, *, libraries, providers, label="ort") ->
         except Exception as err:  # noqa: BLE001  ORT reports a bad library as a generic failure
             raise AlignError(f"{library}: {label}: the custom-op library does not load: "
                              f"{_first_line(err)}") from None
+    wants_cuda = "CUDAExecutionProvider" in providers
+    if wants_cuda and hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # the CUDA/cuDNN wheels of onnxruntime-gpu[cuda,cudnn], when no torch did
     try:
         session = ort.InferenceSession(proto.SerializeToString(), options, providers=providers)
+        if wants_cuda and "CUDAExecutionProvider" not in session.get_providers():
+            raise AlignError(f"{model.path}: {label}: the CUDA execution provider did not load (ONNX "
+                             f"Runtime fell back to {', '.join(session.get_providers())}): install its "
+                             "CUDA libraries, e.g. pip install 'onnxruntime-gpu[cuda,cudnn]'")
         outputs = session.run(names, feeds)
+    except AlignError:
+        raise
     except Exception as err:  # noqa: BLE001  ORT's refusal is the user's to read
         raise AlignError(f"{model.path}: {label}: {_first_line(err)}") from None
     return {n: np.asarray(v) for n, v in zip(names, outputs)}

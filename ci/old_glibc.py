@@ -1,0 +1,193 @@
+"""The default variant's wheels on a glibc older than the build machine's (a step of nox -s release).
+
+The wheels claim manylinux_2_28 or older: auditwheel and ci/wheels.py check the symbol versions
+they reference. This runs them on a real older glibc: the Debian release of the release profile's
+`old_glibc:` (matrix.yaml), debootstrapped once into opforge's cache and entered with chroot in a
+private mount namespace, with its own python3 and the pins listed there, installed offline from
+wheels fetched on this machine for that python. In it:
+
+- opforge-ort runs Swish, RMSNorm and SwiGLU in that ONNX Runtime, checked against numpy;
+- opforge-loader loads its shipped plugins and runs the same three ops;
+- opforge-torch's library (its wheel needs Python >= 3.10, which that release may lack) is loaded
+  with RTLD_NOW after torch's own libraries: every symbol it binds resolves (dlsym, pthread, libstdc++)
+  and its operator registration runs.
+
+It needs root, debootstrap and `unshare --mount`; where one is missing (a container without
+CAP_SYS_ADMIN) the result says `skipped: <why>`, never ok.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from ci import debian
+
+CHECK = r'''
+import ctypes, glob, os, sys
+import numpy as np
+
+print("glibc", os.confstr("CS_GNU_LIBC_VERSION").split()[-1], "python", sys.version.split()[0])
+rng = np.random.default_rng(0)
+x = rng.standard_normal((3, 5, 8)).astype(np.float32)
+w = rng.standard_normal(8).astype(np.float32)
+sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v.astype(np.float64)))
+expected = {
+    "Swish": x * sigmoid(1.5 * x),
+    "RMSNorm": x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * w,
+    "SwiGLU": x[..., :4] * sigmoid(1.5 * x[..., :4]) * x[..., 4:],
+}
+inputs = {"Swish": [x], "RMSNorm": [x, w], "SwiGLU": [x]}
+attrs = {"Swish": {"beta": 1.5}, "RMSNorm": {"epsilon": 1e-5}, "SwiGLU": {"beta": 1.5}}
+
+
+def agree(what, got, op):
+    np.testing.assert_allclose(got, expected[op], rtol=1e-4, atol=1e-5, err_msg=f"{what} {op}")
+
+
+torch_lib = "/mnt/torch-lib"
+for name in ("libc10.so", "libtorch_cpu.so"):
+    ctypes.CDLL(os.path.join(torch_lib, name), mode=ctypes.RTLD_GLOBAL)
+ours = sorted(glob.glob("/mnt/opforge/opforge_torch/**/libopforge_torch*.so*", recursive=True))
+assert ours, "no opforge_torch library in the unpacked wheel"
+ctypes.CDLL(ours[0], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+print("opforge_torch: loaded with RTLD_NOW next to torch's libraries")
+
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import opforge_ort
+
+for op, feeds in inputs.items():
+    names = ["X", "W"][: len(feeds)]
+    node = helper.make_node(op, names, ["Y"], domain="opforge", **attrs[op])
+    graph = helper.make_graph(
+        [node], op, [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("opforge", 1)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), opforge_ort.session_options(),
+                                   providers=["CPUExecutionProvider"])
+    agree("onnxruntime " + ort.__version__, session.run(None, dict(zip(names, feeds)))[0], op)
+print("opforge_ort: Swish, RMSNorm, SwiGLU in onnxruntime", ort.__version__)
+
+import opforge_loader
+
+registry = opforge_loader.Registry(opforge_loader.plugin_dir())
+for op, feeds in inputs.items():
+    agree("opforge_loader", registry.run(op, feeds, attrs[op]), op)
+print("opforge_loader: Swish, RMSNorm, SwiGLU through the shipped plugin")
+'''
+
+# Inside the private mount namespace: proc, a tmpfs /tmp, the work folder and torch's libraries.
+ENTER = r'''
+set -eu
+root=$1 work=$2 torch_lib=$3
+mount -t proc proc "$root/proc"
+mount -t tmpfs tmpfs "$root/tmp"
+mkdir -p "$root/mnt/opforge" "$root/mnt/torch-lib"
+mount --bind "$work" "$root/mnt/opforge"
+mount --bind "$torch_lib" "$root/mnt/torch-lib"
+shift 3
+exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp chroot "$root" /bin/sh -c "python3 -m venv /tmp/venv && \
+  /tmp/venv/bin/pip install --quiet --no-index --find-links /mnt/opforge/wheels $* && \
+  /tmp/venv/bin/python /mnt/opforge/check.py"
+'''
+
+
+class OldGlibcError(RuntimeError):
+    """The check ran and failed: the message names the step and the log."""
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot run the check (None: it can)."""
+    if os.geteuid() != 0:
+        return "needs root (debootstrap, chroot)"
+    if not shutil.which("debootstrap"):
+        return "no debootstrap here (apt-get install debootstrap)"
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        return "`unshare --mount` is not permitted here (a container without CAP_SYS_ADMIN)"
+    return None
+
+
+def _run(command: list[str], log: Path, what: str) -> str:
+    with open(log, "a") as handle:
+        handle.write(f"\n$ {' '.join(map(str, command))}\n")
+        done = subprocess.run(command, capture_output=True, text=True)
+        handle.write(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise OldGlibcError(f"{what} failed (exit {done.returncode}; see {log})")
+    return done.stdout
+
+
+def rootfs(suite: str, log: Path) -> Path:
+    """A minimal Debian `suite` with python3 and venv, made once in opforge's cache."""
+    root = debian.cache_root() / "rootfs" / f"{suite}-python3"
+    if (root / ".opforge-ready").exists():
+        return root
+    partial = root.with_name(root.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    print(f"opforge: debootstrapping Debian {suite} (once, into {root.parent})", flush=True)
+    _run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv",
+          f"--keyring={debian.KEYRING}", suite, str(partial), debian.mirror()],
+         log, f"debootstrap {suite}")
+    (partial / ".opforge-ready").write_text(suite + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+    partial.rename(root)
+    return root
+
+
+def python_of(root: Path, log: Path) -> tuple[str, str]:
+    """(python version as "3.9", glibc version as "2.31") of the rootfs."""
+    probe = "import os, sys; print('%d.%d' % sys.version_info[:2], os.confstr('CS_GNU_LIBC_VERSION').split()[-1])"
+    python, glibc = _run(["chroot", str(root), "python3", "-c", probe], log, "python3 in the rootfs").split()
+    return python, glibc
+
+
+def fetch_wheels(pins: list[str], python: str, glibc: str, dest: Path, log: Path) -> None:
+    """The pins' wheels (and their dependencies) for that python and every manylinux tag its glibc runs."""
+    minor = int(glibc.split(".")[1])
+    platforms = [f"manylinux_2_{m}_x86_64" for m in range(17, minor + 1)] + ["manylinux2014_x86_64"]
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+               "--python-version", python, "--implementation", "cp",
+               "--abi", "cp" + python.replace(".", ""), "-d", str(dest), *pins]
+    for platform in platforms:
+        command += ["--platform", platform]
+    _run(command, log, f"pip download {' '.join(pins)} for python {python}")
+
+
+def check(config, variant: str, wheels: list[Path], torch_lib: Path, out: Path, log: Path) -> dict:
+    """Run CHECK in the old-glibc rootfs over the variant's wheels; a smoke result for release.md."""
+    started = time.monotonic()
+    name = f"{variant} on Debian {config.debian}"
+    why = unavailable()
+    if why:
+        return {"variant": name, "ok": True, "skipped": why, "steps": [], "seconds": 0}
+    root = rootfs(config.debian, log)
+    python, glibc = python_of(root, log)
+    work = out / "old-glibc"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "wheels").mkdir(parents=True)
+    fetch_wheels(list(config.packages), python, glibc, work / "wheels", log)
+    ours = {w.name.split("-")[0]: w for w in wheels}
+    for dist in ("opforge_ort", "opforge_loader"):
+        shutil.copy2(ours[dist], work / "wheels")
+    with zipfile.ZipFile(ours["opforge_torch"]) as archive:
+        archive.extractall(work / "opforge_torch")
+    (work / "check.py").write_text(CHECK)
+    wanted = [*config.packages, "opforge-ort", "opforge-loader"]
+    shown = _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", ENTER, "enter",
+                  str(root), str(work), str(torch_lib), *wanted], log,
+                 f"the check on Debian {config.debian} (glibc {glibc})")
+    shutil.rmtree(work, ignore_errors=True)
+    steps = [f"glibc {glibc}, python {python}"] + [line for line in shown.splitlines()
+                                                   if line.startswith("opforge")]
+    return {"variant": name, "ok": True, "steps": steps,
+            "seconds": round(time.monotonic() - started)}
