@@ -2,7 +2,8 @@
 
 docker/run.sh runs with --network=none; with `--wheels build/container-wheels` pip installs from
 that folder only (PIP_NO_INDEX, PIP_FIND_LINKS). The folder must hold every pin a profile's stages
-install: each cell's torch and ORT venvs, the tools of its stages, the packages' build backends
+install: each cell's torch and ORT venvs, the tools of its stages (pytest-xdist for pytest stages),
+the CUDA runtime wheels its CUDA builds declare, the packages' build backends
 (pip builds them in isolation, offline too) and the TensorRT header wheel the plugin's build
 fetches. The wheels are chosen for the image's Python and glibc, read from docker/apt.lock.
 """
@@ -36,11 +37,25 @@ def requirement_sets(matrix: mx.Matrix, profile: str) -> list[list[str]]:
         for stage in stages:
             if stage.venv:
                 sets.append(tuple(venvs.requirements(matrix, cell, stage.venv)))
-            sets.append(tuple(venvs.tools_requirements(matrix, stage.tools)))
+            pytest_tools = venvs.pytest_tools(matrix, stage) if stage.kind == "pytest" else []
+            sets.append(tuple(venvs.tools_requirements(matrix, stage.tools) + pytest_tools))
             if stage.kind == "wheel":
                 sets.append(tuple(venvs.tools_requirements(matrix, WHEEL_TOOLS)))
+        sets.append(cuda_runtimes(matrix, cell))
     sets += build_requirements()
     return [list(pins) for pins in dict.fromkeys(tuple(sorted(s)) for s in sets if s)]
+
+
+def cuda_runtimes(matrix: mx.Matrix, cell: mx.Cell, root: Path = mx.REPO) -> tuple[str, ...]:
+    """The CUDA runtime wheels the cell's CUDA builds declare (each package's cuda-dependencies
+    for the toolkit's CUDA major), as the stages install them (ci/executors.py)."""
+    major = matrix.toolkits[cell.values["toolkit"]].cuda.split(".")[0]
+    found = []
+    for pyproject in sorted((root / "packages").glob("*/pyproject.toml")):
+        for settings in tomllib.loads(pyproject.read_text()).get("tool", {}).get("dynamic-metadata", []):
+            found += [venvs.toolkit_pin_or(matrix, cell, req)
+                      for req in settings.get("cuda-dependencies", {}).get(major, [])]
+    return tuple(dict.fromkeys(found))
 
 
 def build_requirements(root: Path = mx.REPO) -> list[tuple[str, ...]]:

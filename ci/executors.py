@@ -322,17 +322,12 @@ def declared_dependencies(job: Job, venv: Path) -> dict[str, tuple[str, str]]:
 
     known = {_dist_name(p) for p in venvs.requirements(job.matrix, job.cell, job.stage.venv)}
     known |= {_dist_name(slot) for slot in [*built_wheels(job), *venvs.installed(venv)]}
-    toolkit = job.matrix.toolkits.get(job.cell.values["toolkit"])
-    pins = {_dist_name(p): p for p in (toolkit.packages if toolkit else ())}
     wanted = {}
     for wheel, _ in built_wheels(job).values():
         for req in index.runtime_requirements(Path(wheel)):
-            name = _dist_name(req.name)
-            if name in known:
-                continue
-            pin = pins.get(name, "")
-            fits = pin and req.specifier.contains(pin.split("==", 1)[1], prereleases=True)
-            wanted[name] = (pin, pin) if fits else (str(req), str(req))
+            if _dist_name(req.name) not in known:
+                target = venvs.toolkit_pin_or(job.matrix, job.cell, str(req))
+                wanted[_dist_name(req.name)] = (target, target)
     return wanted
 
 
@@ -344,12 +339,7 @@ def _dist_name(requirement: str) -> str:
 
 
 def pytest_tools(job: Job) -> list[str]:
-    """What every pytest stage gets on top of its venv: pytest-xdist (unless serial) and the JSON
-    headers the loader's host sources compile against (its tests and fuzz targets build them)."""
-    tools = [venvs.package_pin("loader", "nlohmann-json")]
-    if not job.stage.serial and "pytest-xdist" in job.matrix.tools:
-        tools.append(venvs.pin("pytest-xdist", job.matrix.tools["pytest-xdist"]))
-    return tools
+    return venvs.pytest_tools(job.matrix, job.stage)
 
 
 def xdist_args(job: Job) -> list[str]:

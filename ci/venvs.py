@@ -73,6 +73,31 @@ def tools_requirements(matrix: mx.Matrix, names: Iterable[str]) -> list[str]:
     return [pin(name, matrix.tools[name]) for name in names]
 
 
+def pytest_tools(matrix: mx.Matrix, stage: mx.Stage) -> list[str]:
+    """What every pytest stage gets on top of its venv: pytest-xdist (unless serial) and the JSON
+    headers the loader's host sources compile against (its tests and fuzz targets build them)."""
+    tools = [package_pin("loader", "nlohmann-json")]
+    if not stage.serial and "pytest-xdist" in matrix.tools:
+        tools.append(pin("pytest-xdist", matrix.tools["pytest-xdist"]))
+    return tools
+
+
+def toolkit_pin_or(matrix: mx.Matrix, cell: mx.Cell, requirement: str) -> str:
+    """The cell's toolkit pin of the requirement's distribution (the runtime the toolkit was
+    verified with) when it satisfies the requirement, else the requirement itself."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted = Requirement(requirement)
+    toolkit = matrix.toolkits.get(cell.values["toolkit"])
+    for candidate in (toolkit.packages if toolkit else ()):
+        name, _, version = candidate.partition("==")
+        if canonicalize_name(name) == canonicalize_name(wanted.name) and \
+                wanted.specifier.contains(version, prereleases=True):
+            return candidate
+    return requirement
+
+
 def venv_path(label: str, requirements: list[str], root: Path = VENVS) -> Path:
     digest = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:10]
     return root / f"{label}-{digest}"

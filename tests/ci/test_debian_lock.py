@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import aptlock, container, debian, workflows
+from ci import aptlock, container, debian, venvs, workflows
 from ci import matrix as mx
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -205,6 +205,18 @@ def test_container_wheel_sets_resolve_on_their_own():
         names = [pin.split("==")[0].split(">=")[0] for pin in pins]
         assert len(names) == len(set(names)), pins
     assert container.no_deps_requirements()[0].startswith("kernel-lens==")
+
+
+def test_container_wheels_hold_what_the_engine_adds_at_run_time():
+    """pytest-xdist on every pytest stage and the CUDA runtime wheel a CUDA build declares (the
+    toolkit's pin where it has one): without them an offline container run fails at pip install."""
+    matrix = mx.load()
+    tests = container.requirement_sets(matrix, "tests")
+    assert any(venvs.pin("pytest-xdist", matrix.tools["pytest-xdist"]) in pins for pins in tests)
+    assert ["nvidia-cuda-runtime>=13,<14"] in tests           # a system toolkit: the declared range
+    runtime = next(p for p in matrix.toolkits["cuda-13.0-pypi"].packages
+                   if p.startswith("nvidia-cuda-runtime=="))
+    assert [runtime] in container.requirement_sets(matrix, "ci-gpu")
 
 
 # ---------------------------------------------------------------------------- slow, real root

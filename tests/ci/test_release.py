@@ -4,6 +4,7 @@ The index tests build small real wheels and sdists with pip and read the index b
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -185,9 +186,11 @@ def test_pip_resolves_the_label_from_the_index(built, tmp_path):
     """pip reads the generated index as a user's would and picks the labelled build."""
     index.write_index(built, tmp_path / "cu130")
     got = tmp_path / "got"
+    # only this index: an offline container run sets PIP_NO_INDEX and PIP_FIND_LINKS
+    own = {k: v for k, v in os.environ.items() if k not in ("PIP_NO_INDEX", "PIP_FIND_LINKS")}
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(got),
                     "--disable-pip-version-check", "--index-url",
-                    (tmp_path / "cu130" / "simple").as_uri(), "demo-pkg"], check=True)
+                    (tmp_path / "cu130" / "simple").as_uri(), "demo-pkg"], check=True, env=own)
     assert [p.name for p in got.iterdir()] == [w.name for w in built if "+cu130" in w.name]
 
 
