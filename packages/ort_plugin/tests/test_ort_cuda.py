@@ -2,6 +2,8 @@
 onnxruntime with the CUDA EP and a GPU; skipped with the reason otherwise."""
 from __future__ import annotations
 
+import glob
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -16,6 +18,8 @@ def _cuda_session(model: bytes) -> ort.InferenceSession:
         pytest.skip("no GPU kernels: opforge_ort was built without OPFORGE_CUDA_HOME")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         pytest.skip(f"no GPU: onnxruntime {ort.__version__} has no CUDAExecutionProvider")
+    if not glob.glob("/dev/nvidia[0-9]*"):  # onnxruntime-gpu lists its CUDA EP on any machine
+        pytest.skip("no GPU: no NVIDIA device (/dev/nvidia<N>)")
     if hasattr(ort, "preload_dlls"):
         ort.preload_dlls()  # the CUDA/cuDNN wheels the matrix pins beside onnxruntime-gpu (no torch here)
     options = opforge_ort.session_options()

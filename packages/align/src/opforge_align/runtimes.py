@@ -43,6 +43,11 @@ def unavailable(name: str, *, program=None) -> str | None:
         if name == "ort-cuda" and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
             return ("ONNX Runtime CUDA unavailable: this onnxruntime has no CUDAExecutionProvider "
                     "(install onnxruntime-gpu on a machine with a GPU)")
+        if name == "ort-cuda":
+            from .trt import gpu_count
+
+            if gpu_count() == 0:  # onnxruntime-gpu lists its CUDA EP on any machine
+                return "ONNX Runtime CUDA unavailable: no GPU (cudaGetDeviceCount found none)"
         return None
     if name == "trt":
         from . import trt

@@ -25,13 +25,20 @@ def unavailable() -> str | None:
         import tensorrt  # noqa: F401
     except (ImportError, OSError) as err:  # OSError: libnvinfer missing
         return f"TensorRT unavailable: import tensorrt failed ({type(err).__name__}: {err})"
-    cudart = _cudart()
-    if cudart is None:
+    if _cudart() is None:
         return "TensorRT unavailable: no CUDA runtime library (libcudart.so) found"
-    count = ctypes.c_int(0)
-    if cudart.cudaGetDeviceCount(ctypes.byref(count)) != 0 or count.value == 0:
+    if gpu_count() == 0:
         return "TensorRT unavailable: no GPU (cudaGetDeviceCount found none)"
     return None
+
+
+def gpu_count() -> int:
+    """GPUs the CUDA runtime sees (0 without a runtime library, a driver or a device)."""
+    cudart = _cudart()
+    count = ctypes.c_int(0)
+    if cudart is None or cudart.cudaGetDeviceCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
 
 
 def run(model, proto, feeds: dict, names: list) -> dict:
