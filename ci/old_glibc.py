@@ -6,7 +6,8 @@ they reference. This runs them on a real older glibc: the Debian release of the 
 private mount namespace, with its own python3 and the pins listed there, installed offline from
 wheels fetched on this machine for that python. In it:
 
-- opforge-ort runs Swish, RMSNorm and SwiGLU in that ONNX Runtime, checked against numpy;
+- opforge-ort runs Swish, RMSNorm and SwiGLU in that ONNX Runtime, checked against opforge-spec's
+  float64 references within its float32 tolerances;
 - opforge-loader loads its shipped plugins and runs the same three ops;
 - opforge-torch's library (its wheel needs Python >= 3.10, which that release may lack) is loaded
   with RTLD_NOW after torch's own libraries: every symbol it binds resolves (dlsym, pthread, libstdc++)
@@ -32,21 +33,19 @@ import ctypes, glob, os, sys
 import numpy as np
 
 print("glibc", os.confstr("CS_GNU_LIBC_VERSION").split()[-1], "python", sys.version.split()[0])
+import opforge_spec as spec
+
 rng = np.random.default_rng(0)
 x = rng.standard_normal((3, 5, 8)).astype(np.float32)
 w = rng.standard_normal(8).astype(np.float32)
-sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v.astype(np.float64)))
-expected = {
-    "Swish": x * sigmoid(1.5 * x),
-    "RMSNorm": x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * w,
-    "SwiGLU": x[..., :4] * sigmoid(1.5 * x[..., :4]) * x[..., 4:],
-}
+ops = {"Swish": spec.SWISH, "RMSNorm": spec.RMS_NORM, "SwiGLU": spec.SWIGLU}
 inputs = {"Swish": [x], "RMSNorm": [x, w], "SwiGLU": [x]}
 attrs = {"Swish": {"beta": 1.5}, "RMSNorm": {"epsilon": 1e-5}, "SwiGLU": {"beta": 1.5}}
+expected = {op: ops[op].reference(*inputs[op], **attrs[op]) for op in ops}
 
 
-def agree(what, got, op):
-    np.testing.assert_allclose(got, expected[op], rtol=1e-4, atol=1e-5, err_msg=f"{what} {op}")
+def agree(what, got, op):  # the spec's float32 tolerance against its float64 reference
+    ops[op].check_close(got, expected[op], "float32", inputs[op], what)
 
 
 torch_lib = "/mnt/torch-lib"
@@ -164,7 +163,8 @@ def fetch_wheels(pins: list[str], python: str, glibc: str, dest: Path, log: Path
 
 
 def check(config, variant: str, wheels: list[Path], torch_lib: Path, out: Path, log: Path) -> dict:
-    """Run CHECK in the old-glibc rootfs over the variant's wheels; a smoke result for release.md."""
+    """Run CHECK in the old-glibc rootfs over the variant's wheels (opforge-spec's among them: the
+    references and tolerances); a smoke result for release.md."""
     started = time.monotonic()
     name = f"{variant} on Debian {config.debian}"
     why = unavailable()
@@ -177,12 +177,12 @@ def check(config, variant: str, wheels: list[Path], torch_lib: Path, out: Path, 
     (work / "wheels").mkdir(parents=True)
     fetch_wheels(list(config.packages), python, glibc, work / "wheels", log)
     ours = {w.name.split("-")[0]: w for w in wheels}
-    for dist in ("opforge_ort", "opforge_loader"):
+    for dist in ("opforge_spec", "opforge_ort", "opforge_loader"):
         shutil.copy2(ours[dist], work / "wheels")
     with zipfile.ZipFile(ours["opforge_torch"]) as archive:
         archive.extractall(work / "opforge_torch")
     (work / "check.py").write_text(CHECK)
-    wanted = [*config.packages, "opforge-ort", "opforge-loader"]
+    wanted = [*config.packages, "opforge-spec", "opforge-ort", "opforge-loader"]
     shown = _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", ENTER, "enter",
                   str(root), str(work), str(torch_lib), *wanted], log,
                  f"the check on Debian {config.debian} (glibc {glibc})")

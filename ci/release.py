@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             if cuda:
                 smoke.append(smoke_cross_torch(out, default, cuda[0], wheels, log))
             if matrix.profiles[PROFILE].old_glibc:
-                smoke.append(on_old_glibc(matrix, cells[default], wheels[default], out, log))
+                smoke.append(on_old_glibc(matrix, cells[default], [*wheels[default], spec], out, log))
             shutil.rmtree(out / "smoke", ignore_errors=True)   # GBs of torch
         write_report(out, laid, smoke)
     except (ReleaseError, index.IndexFileError) as exc:
