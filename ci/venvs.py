@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from ci import matrix as mx
 
-VENVS = mx.REPO / "build" / "venvs"
+# OPFORGE_VENVS: another root (docker/run.sh gives the container its own: a venv holds absolute paths)
+VENVS = Path(os.environ.get("OPFORGE_VENVS") or mx.REPO / "build" / "venvs")
 MARKER = ".opforge-requirements"
 # What was installed on top of the requirements (the op spec, built wheels, tools): slot -> token
 INSTALLED = ".opforge-installed.json"
@@ -112,9 +114,10 @@ def ensure(label: str, requirements: list[str], log, root: Path = VENVS) -> Path
     venv = venv_path(label, requirements, root)
     marker = venv / MARKER
     wanted = "\n".join(sorted(requirements)) + "\n"
-    if marker.is_file() and marker.read_text() == wanted and python(venv).exists():
+    if marker.is_file() and marker.read_text() == wanted and python(venv).exists() and made_here(venv):
         return venv
     if venv.exists():
+        log(f"venv {venv.name}: replaced (other requirements, or made at another path)")
         shutil.rmtree(venv)
     started = time.monotonic()
     log(f"creating venv {venv.name}: {' '.join(requirements)}")
@@ -125,6 +128,18 @@ def ensure(label: str, requirements: list[str], log, root: Path = VENVS) -> Path
     marker.write_text(wanted)
     log(f"venv {venv.name} ready in {time.monotonic() - started:.0f} s")
     return venv
+
+
+def made_here(venv: Path) -> bool:
+    """Whether the venv was created at this path: its scripts' shebangs name the path it was made
+    at (pyvenv.cfg's `command`), so a copied or bind-mounted venv runs nothing of its own."""
+    try:
+        config = (venv / "pyvenv.cfg").read_text()
+    except OSError:
+        return False
+    command = next((line.split("=", 1)[1].strip() for line in config.splitlines()
+                    if line.split("=", 1)[0].strip() == "command"), None)
+    return command is None or command.endswith(f" {venv}")
 
 
 def _check(command: list[str], log) -> None:

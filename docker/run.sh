@@ -11,7 +11,9 @@ set -euo pipefail
 # shellcheck source=docker/podman.sh
 source "$(dirname "${BASH_SOURCE[0]}")/podman.sh"
 
-mounts=(-v "$OPFORGE_REPO:/src" -w /src)
+# The engine's venvs in a folder of the container's own: a venv holds absolute paths (its scripts'
+# shebangs), so one made at /src is broken at the host's checkout path and the reverse.
+mounts=(-v "$OPFORGE_REPO:/src" -w /src -e OPFORGE_VENVS=/src/build/container-venvs)
 gpu=${OPFORGE_GPU:-0}
 dry_run=0
 while [ $# -gt 0 ]; do

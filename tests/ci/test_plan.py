@@ -138,3 +138,18 @@ def test_a_failed_install_is_not_recorded(tmp_path):
     with pytest.raises(RuntimeError, match="pip install pyyaml into venv failed"):
         venvs.install_on_top(venv, {"pyyaml": ("pyyaml==6.0.3", "t")}, lambda argv: 1)
     assert venvs.installed(venv) == {}
+
+
+def test_a_venv_made_at_another_path_is_not_reused(tmp_path):
+    """A venv's scripts name the path it was made at: one bind-mounted from a container (/src/...)
+    or copied from elsewhere would run nothing of its own, so ensure() makes it anew."""
+    import subprocess
+    import sys
+
+    made = tmp_path / "made"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(made)], check=True)
+    assert venvs.made_here(made)
+    moved = tmp_path / "moved"
+    made.rename(moved)
+    assert not venvs.made_here(moved)
+    assert not venvs.made_here(tmp_path / "missing")
