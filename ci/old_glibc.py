@@ -94,9 +94,9 @@ mkdir -p "$root/mnt/opforge" "$root/mnt/torch-lib"
 mount --bind "$work" "$root/mnt/opforge"
 mount --bind "$torch_lib" "$root/mnt/torch-lib"
 shift 3
-exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp chroot "$root" /bin/sh -c "python3 -m venv /tmp/venv && \
-  /tmp/venv/bin/pip install --quiet --no-index --find-links /mnt/opforge/wheels $* && \
-  /tmp/venv/bin/python /mnt/opforge/check.py"
+exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp chroot "$root" /bin/sh -c 'python3 -m venv /tmp/venv &&
+  /tmp/venv/bin/pip install --quiet --no-index --find-links /mnt/opforge/wheels "$@" &&
+  /tmp/venv/bin/python /mnt/opforge/check.py' inside "$@"
 '''
 
 
