@@ -8,6 +8,9 @@ namespace cpu = opforge::kernels::cpu;
   extern "C" void swish_fwd_##SUFFIX(const T* x, T* y, int64_t n, float beta) {              \
     cpu::swish_forward(x, y, n, beta);                                                       \
   }                                                                                          \
+  extern "C" void swish_fwd_streamed_##SUFFIX(const T* x, T* y, int64_t n, float beta) {     \
+    cpu::swish_forward_streamed(x, y, n, beta);                                              \
+  }                                                                                          \
   extern "C" void swish_bwd_##SUFFIX(const T* dy, const T* x, T* dx, int64_t n, float beta) { \
     cpu::swish_backward(dy, x, dx, n, beta);                                                 \
   }                                                                                          \

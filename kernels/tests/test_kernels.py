@@ -105,6 +105,29 @@ def test_forward_matches_reference(shim, op, dtype):
         op.check_close(got, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
 
 
+@pytest.mark.parametrize("dtype", list(STORAGE))
+@pytest.mark.parametrize("n, offset", [(0, 0), (5, 3), (1000, 0), (10_007, 3), (10_007, 17)])
+def test_streamed_stores_give_the_bits_of_cached_ones(shim, dtype, n, offset):
+    """swish.out into a large reused buffer takes non-temporal stores (cpu.h): the same values, for
+    a Y that starts mid cache line (offset elements past a 64-byte boundary) and any length, and
+    nothing written outside Y."""
+    x = to_storage(dtype, np.random.default_rng(3).uniform(-20, 20, n))
+    x[: min(n, 4)] = to_storage(dtype, [np.nan, np.inf, -np.inf, 0.0][: min(n, 4)])
+    suffix = STORAGE[dtype][1]
+    room = np.zeros(n + offset + 64, x.dtype)
+    base = (-room.ctypes.data % 64) // room.itemsize
+    streamed = room[base + offset: base + offset + n]
+    getattr(shim, f"swish_fwd_streamed_{suffix}")(ptr(x), ptr(streamed), ctypes.c_int64(n),
+                                                  ctypes.c_float(1.25))
+    cached = np.empty_like(x)
+    getattr(shim, f"swish_fwd_{suffix}")(ptr(x), ptr(cached), ctypes.c_int64(n), ctypes.c_float(1.25))
+    nan = np.isnan(from_storage(dtype, streamed)) & np.isnan(from_storage(dtype, cached))
+    bits = np.dtype(f"u{x.itemsize}")
+    assert np.array_equal(streamed.view(bits)[~nan], cached.view(bits)[~nan])  # NaN: any NaN
+    assert nan.sum() == np.isnan(from_storage(dtype, cached)).sum()
+    assert not room[: base + offset].any() and not room[base + offset + n:].any()
+
+
 def numeric_grad(f, x, eps=1e-6):
     g = np.zeros_like(x)
     for i in np.ndindex(x.shape):

@@ -35,14 +35,16 @@ int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kGrainElements / s
 
 // ---- every op: forward, .out and (single-input ops) backward, from the op's kernel binding ----
 
-// y: contiguous, Y's shape.
+// y: contiguous, Y's shape. reused_y: y is the caller's buffer (an `out=`), not one just
+// allocated, so a large one is written with non-temporal stores (kernels/ cpu.h).
 template <class Op>
-void forward_into(const Tensor& x, const Tensor* w, double attr, Tensor& y) {
+void forward_into(const Tensor& x, const Tensor* w, double attr, Tensor& y, bool reused_y = false) {
   const k::RowView v = row_view(Op::desc, x);
   dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
+    const bool stream = reused_y && k::cpu::streaming_pays_off(y.numel() * int64_t(sizeof(T)));
     const k::cpu::Forward<T> args{in<T>(x), w ? in<T>(*w) : nullptr, out<T>(y), v.cols,
-                                  static_cast<float>(attr)};
+                                  static_cast<float>(attr), stream};
     torch::stable::parallel_for(0, v.rows, row_grain(v.cols), [&](int64_t b, int64_t e) {
       Op::forward(args, b, e);
     });
@@ -66,8 +68,9 @@ struct Cpu {
     check_out(Op::desc, out, x_in);
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
-    return write_into(out, x, output_shape(Op::desc, x),
-                      [&](Tensor& y) { forward_into<Op>(x, w_in ? &w : nullptr, attr, y); });
+    return write_into(out, x, output_shape(Op::desc, x), [&](Tensor& y) {
+      forward_into<Op>(x, w_in ? &w : nullptr, attr, y, /*reused_y=*/y.const_data_ptr() == out.const_data_ptr());
+    });
   }
 
   template <class Op>

@@ -85,3 +85,19 @@ def test_opcheck_of_the_out_overloads():
                           (torch.ops.opforge.rms_norm.out, (x, w, 1e-5), torch.empty(3, 16)),
                           (torch.ops.opforge.swiglu.out, (x, 1.3), torch.empty(3, 8))]:
         torch.library.opcheck(op, args, {"out": out}, test_utils=OUT_CHECKS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_large_out_takes_streamed_stores_with_the_same_values(dtype):
+    """swish.out into an output of 32 MiB or more writes with non-temporal stores (kernels/ cpu.h);
+    the values are those of the allocating op (cached stores), NaN and infinities included, and an
+    `out` starting mid cache line is written exactly, not a byte around it."""
+    n = (32 << 20) // torch.tensor([], dtype=dtype).element_size() + 4099
+    x = torch.empty(n, dtype=dtype).uniform_(-20, 20)
+    x[:3] = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    room = torch.zeros(n + 40, dtype=dtype)
+    out = room[5:5 + n]
+    torch.ops.opforge.swish.out(x, 1.25, out=out)
+    expected = torch.ops.opforge.swish(x, 1.25)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0, equal_nan=True)
+    assert (room[:5] == 0).all() and (room[5 + n:] == 0).all()

@@ -15,6 +15,7 @@ struct Forward {
   T* y;
   int64_t cols;
   float attr;
+  bool stream_y = false;  // Y is a large, reused buffer: non-temporal stores (Swish; cpu.h)
 };
 
 template <class T>
@@ -30,7 +31,7 @@ struct SwishKernel {
   static constexpr const OpDesc& desc = kSwishOp;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    swish_forward<T>(a.x + r0, a.y + r0, r1 - r0, a.attr);
+    (a.stream_y ? swish_forward_streamed<T> : swish_forward<T>)(a.x + r0, a.y + r0, r1 - r0, a.attr);
   }
   template <class T>
   static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
