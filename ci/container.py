@@ -84,16 +84,20 @@ def no_deps_requirements(root: Path = mx.REPO) -> list[str]:
 def target(lock: aptlock.Lock) -> list[str]:
     """pip download's target options for the image: its CPython (Debian's python3) and its glibc
     (libc6), so the folder holds wheels the image can install whatever the host is."""
-    python = _upstream(lock.parts["image"]["python3"].version).split(".")
     libc = lock.parts["image"]["libc6"]
-    glibc = _upstream(libc.version).split(".")
-    machine = MACHINES.get(libc.architecture, libc.architecture)
-    # pip matches --platform literally: every manylinux tag the image's glibc accepts, down to 2.17
-    # (manylinux2014 is 2.17's legacy alias)
-    platforms = [f"manylinux_{glibc[0]}_{minor}_{machine}" for minor in range(int(glibc[1]), 16, -1)]
+    python = ".".join(_upstream(lock.parts["image"]["python3"].version).split(".")[:2])
+    glibc = ".".join(_upstream(libc.version).split(".")[:2])
+    return pip_target(python, glibc, MACHINES.get(libc.architecture, libc.architecture))
+
+
+def pip_target(python: str, glibc: str, machine: str) -> list[str]:
+    """pip download's options for another system: CPython `python` ("3.11") on glibc `glibc`
+    ("2.36"). pip matches --platform literally: every manylinux tag that glibc accepts, down to
+    2.17 (manylinux2014 is 2.17's legacy alias)."""
+    major, minor = (int(part) for part in glibc.split("."))
+    platforms = [f"manylinux_{major}_{m}_{machine}" for m in range(minor, 16, -1)]
     platforms.append(f"manylinux2014_{machine}")
-    return ["--only-binary=:all:", "--implementation", "cp",
-            "--python-version", ".".join(python[:2]),
+    return ["--only-binary=:all:", "--implementation", "cp", "--python-version", python,
             *(option for platform in platforms for option in ("--platform", platform))]
 
 

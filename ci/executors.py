@@ -248,7 +248,7 @@ def wheel(job: Job, ws: Workspace) -> Result:
     torch_site = None
     if any(wheels.import_name(Path(w)) == "opforge_torch" for w in built):
         torch_venv = ws.venv(job.matrix, job.cell, "torch", job.log)
-        torch_site = next((torch_venv / "lib").glob("python3*/site-packages"))
+        torch_site = venvs.site_packages(torch_venv)
     todo = [w for w in built if w not in ws.wheel_checks]
     for built_wheel, check in zip(todo, wheels.repair_and_check(todo, job.work, tools, job.log,
                                                                 torch_site=torch_site)):

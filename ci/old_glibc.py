@@ -19,6 +19,7 @@ CAP_SYS_ADMIN) the result says `skipped: <why>`, never ok.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from ci import debian
 CHECK = r'''
 import ctypes, glob, os, sys
 import numpy as np
+
+work = sys.argv[1]  # the work folder, as the chroot sees it
 
 print("glibc", os.confstr("CS_GNU_LIBC_VERSION").split()[-1], "python", sys.version.split()[0])
 import opforge_spec as spec
@@ -48,10 +51,9 @@ def agree(what, got, op):  # the spec's float32 tolerance against its float64 re
     ops[op].check_close(got, expected[op], "float32", inputs[op], what)
 
 
-torch_lib = "/mnt/torch-lib"
 for name in ("libc10.so", "libtorch_cpu.so"):
-    ctypes.CDLL(os.path.join(torch_lib, name), mode=ctypes.RTLD_GLOBAL)
-ours = sorted(glob.glob("/mnt/opforge/opforge_torch/**/libopforge_torch*.so*", recursive=True))
+    ctypes.CDLL(os.path.join(work, "torch-lib", name), mode=ctypes.RTLD_GLOBAL)
+ours = sorted(glob.glob(os.path.join(work, "opforge_torch", "**", "libopforge_torch*.so*"), recursive=True))
 assert ours, "no opforge_torch library in the unpacked wheel"
 ctypes.CDLL(ours[0], mode=os.RTLD_NOW | os.RTLD_LOCAL)
 print("opforge_torch: loaded with RTLD_NOW next to torch's libraries")
@@ -84,19 +86,21 @@ for op, feeds in inputs.items():
 print("opforge_loader: Swish, RMSNorm, SwiGLU through the shipped plugin")
 '''
 
-# Inside the private mount namespace: proc, a tmpfs /tmp, the work folder and torch's libraries.
+# Inside a private mount namespace: proc, and the work folder (torch's libraries bound into its
+# torch-lib) at INSIDE under the root; pip and the check run there, with an empty environment but
+# PATH.
+INSIDE = "opforge-check"
 ENTER = r'''
 set -eu
-root=$1 work=$2 torch_lib=$3
+root=$1 work=$2 torch_lib=$3 inside=$4
+shift 4
+mkdir -p "$root/$inside" "$work/torch-lib"
 mount -t proc proc "$root/proc"
-mount -t tmpfs tmpfs "$root/tmp"
-mkdir -p "$root/mnt/opforge" "$root/mnt/torch-lib"
-mount --bind "$work" "$root/mnt/opforge"
-mount --bind "$torch_lib" "$root/mnt/torch-lib"
-shift 3
-exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp chroot "$root" /bin/sh -c 'python3 -m venv /tmp/venv &&
-  /tmp/venv/bin/pip install --quiet --no-index --find-links /mnt/opforge/wheels "$@" &&
-  /tmp/venv/bin/python /mnt/opforge/check.py' inside "$@"
+mount --bind "$work" "$root/$inside"
+mount --bind "$torch_lib" "$root/$inside/torch-lib"
+exec chroot "$root" env -i HOME="/$inside" PATH="$PATH" sh -c 'cd && python3 -m venv venv &&
+  venv/bin/pip install --quiet --no-index --find-links wheels "$@" && venv/bin/python check.py "$HOME"' \
+  check "$@"
 '''
 
 
@@ -151,14 +155,11 @@ def python_of(root: Path, log: Path) -> tuple[str, str]:
 
 
 def fetch_wheels(pins: list[str], python: str, glibc: str, dest: Path, log: Path) -> None:
-    """The pins' wheels (and their dependencies) for that python and every manylinux tag its glibc runs."""
-    minor = int(glibc.split(".")[1])
-    platforms = [f"manylinux_2_{m}_x86_64" for m in range(17, minor + 1)] + ["manylinux2014_x86_64"]
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-               "--python-version", python, "--implementation", "cp",
-               "--abi", "cp" + python.replace(".", ""), "-d", str(dest), *pins]
-    for platform in platforms:
-        command += ["--platform", platform]
+    """The pins' wheels (and their dependencies) for that python and glibc."""
+    from ci import container
+
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "-d", str(dest),
+               *container.pip_target(python, glibc, platform.machine()), *pins]
     _run(command, log, f"pip download {' '.join(pins)} for python {python}")
 
 
@@ -184,7 +185,7 @@ def check(config, variant: str, wheels: list[Path], torch_lib: Path, out: Path, 
     (work / "check.py").write_text(CHECK)
     wanted = [*config.packages, "opforge-spec", "opforge-ort", "opforge-loader"]
     shown = _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", ENTER, "enter",
-                  str(root), str(work), str(torch_lib), *wanted], log,
+                  str(root), str(work), str(torch_lib), INSIDE, *wanted], log,
                  f"the check on Debian {config.debian} (glibc {glibc})")
     shutil.rmtree(work, ignore_errors=True)
     steps = [f"glibc {glibc}, python {python}"] + [line for line in shown.splitlines()

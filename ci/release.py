@@ -100,12 +100,16 @@ def variant_wheels(matrix: mx.Matrix, out: Path, variants: set[str]) -> dict[str
     return found
 
 
+def torch_venv_of(matrix: mx.Matrix, cell: mx.Cell) -> Path:
+    """The matrix's torch venv of a release cell (made by its stages)."""
+    return venvs.venv_path(f"torch-{cell.values['torch']}", venvs.requirements(matrix, cell, "torch"))
+
+
 def build_sdists(matrix: mx.Matrix, dist: Path, log: Path) -> list[Path]:
     """`python -m build --sdist` of every package, in the default variant's torch venv (torch_ext's
     setup.py imports torch, so it is built there without isolation, as its README says)."""
     default = next(c for c in release_cells(matrix, set()) if not c.label)
-    venv = venvs.venv_path(f"torch-{default.values['torch']}",
-                           venvs.requirements(matrix, default, "torch"))
+    venv = torch_venv_of(matrix, default)
     if not venvs.python(venv).exists():
         raise ReleaseError(f"{venv}: the default variant's torch venv is missing; run the "
                            "release profile's stages first")
@@ -215,13 +219,13 @@ TORCH_FILES = re.compile(r"^(torch|torchgen|triton|nvidia|cuda)([-_.].*)?$")
 def share_torch(venv: Path, torch_venv: Path) -> str:
     """Only where disk is short (--share-torch): the fresh venv sees torch and its CUDA wheels of
     the matrix's torch venv (symlinks, a .pth); pip resolves every other dependency itself."""
-    source = next((torch_venv / "lib").glob("python3*/site-packages"))
+    source = venvs.site_packages(torch_venv)
     shared = venv / "shared-torch"
     shared.mkdir()
     for entry in source.iterdir():
         if TORCH_FILES.match(entry.name):
             (shared / entry.name).symlink_to(entry)
-    site = next((venv / "lib").glob("python3*/site-packages"))
+    site = venvs.site_packages(venv)
     (site / "shared-torch.pth").write_text(f"{shared}\n")
     return f"torch shared from {torch_venv.name} (--share-torch)"
 
@@ -289,8 +293,7 @@ def smoke_cross_torch(out: Path, default: str, cuda_variant: str, wheels: dict[s
 def on_old_glibc(matrix: mx.Matrix, cell: mx.Cell, wheels: list[Path], out: Path, log: Path) -> dict:
     """The default variant on the profile's older Debian (ci/old_glibc.py); its torch libraries
     come from the cell's torch venv."""
-    torch_venv = venvs.venv_path(f"torch-{cell.values['torch']}", venvs.requirements(matrix, cell, "torch"))
-    torch_lib = next((torch_venv / "lib").glob("python3*/site-packages")) / "torch" / "lib"
+    torch_lib = venvs.site_packages(torch_venv_of(matrix, cell)) / "torch" / "lib"
     try:
         return old_glibc.check(matrix.profiles[PROFILE].old_glibc, cell.variant, wheels, torch_lib,
                                out, log)
@@ -355,8 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             for variant in wheels:
                 torch_venv = None
                 if args.share_torch and variant != default:
-                    torch_venv = venvs.venv_path(f"torch-{cells[variant].values['torch']}",
-                                                 venvs.requirements(matrix, cells[variant], "torch"))
+                    torch_venv = torch_venv_of(matrix, cells[variant])
                 smoke.append(smoke_variant(out, variant, wheels[variant], pins[variant], log,
                                            torch_venv))
             cuda = [v for v in wheels if v != default]

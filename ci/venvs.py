@@ -130,6 +130,10 @@ def ensure(label: str, requirements: list[str], log, root: Path = VENVS) -> Path
     return venv
 
 
+def site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
 def made_here(venv: Path) -> bool:
     """Whether the venv was created at this path: its scripts' shebangs name the path it was made
     at (pyvenv.cfg's `command`), so a copied or bind-mounted venv runs nothing of its own."""

@@ -72,10 +72,10 @@ def repair(wheel: Path, out: Path, tools: Path, log: Path) -> tuple[Path | None,
     return (repaired[-1], "") if repaired else (None, "auditwheel wrote no wheel")
 
 
-def check_library(path: Path, log: Path) -> list[str]:
-    """Problems with one shared library: SONAME, exported symbols."""
+def check_library(path: Path, log: Path, dynamic: str | None = None) -> list[str]:
+    """Problems with one shared library: SONAME, exported symbols. dynamic: its `readelf -d`."""
     problems = []
-    dynamic = _run(["readelf", "-d", str(path)], log).stdout
+    dynamic = _run(["readelf", "-d", str(path)], log).stdout if dynamic is None else dynamic
     soname = re.search(r"Library soname: \[([^\]]+)\]", dynamic)
     if not soname:
         problems.append(f"{path.name}: no SONAME")
@@ -191,25 +191,28 @@ def platform_problem(repaired: Path, unpacked: Path, tools: Path, log: Path) -> 
             + (f"; auditwheel show: {verdict}" if verdict else ""))
 
 
-def undeclared_cudart(wheel: Path, unpacked: Path, log: Path) -> list[str]:
-    """A library that NEEDs libcudart.so.N loads only where some CUDA runtime is found: its wheel
-    must declare one (the nvidia-cuda-runtime wheel of that major, or torch, which brings its own),
-    else it works on the build machine (a system CUDA) and nowhere else."""
+def declared_runtimes(wheel: Path) -> set[str]:
+    """The distributions a wheel requires without extras (canonical names)."""
     from packaging.utils import canonicalize_name
 
     from ci import index
 
-    declared = {canonicalize_name(req.name) for req in index.runtime_requirements(wheel)}
+    return {canonicalize_name(req.name) for req in index.runtime_requirements(wheel)}
+
+
+def undeclared_cudart(library: str, dynamic: str, declared: set[str]) -> list[str]:
+    """A library that NEEDs libcudart.so.N (`dynamic`: its `readelf -d`) loads only where some CUDA
+    runtime is found: its wheel must declare one (`declared`: the nvidia-cuda-runtime wheel of that
+    major, or torch, which brings its own), else it works on the build machine (a system CUDA) and
+    nowhere else."""
     problems = []
-    for lib in sorted(unpacked.rglob("*.so*")):
-        dynamic = _run(["readelf", "-d", str(lib)], log).stdout if lib.is_file() else ""
-        for major in re.findall(r"\(NEEDED\)\s+Shared library: \[libcudart\.so\.(\d+)\]", dynamic):
-            wanted = "nvidia-cuda-runtime" + ("" if int(major) >= 13 else f"-cu{major}")
-            if not declared & {wanted, "torch"}:
-                problems.append(f"{lib.name} needs libcudart.so.{major} but the wheel does not "
-                                f"declare {wanted} (Requires-Dist): it loads only where a system "
-                                f"CUDA {major} is installed; add it to the package's "
-                                f"cuda-dependencies in pyproject.toml")
+    for major in re.findall(r"\(NEEDED\)\s+Shared library: \[libcudart\.so\.(\d+)\]", dynamic):
+        wanted = "nvidia-cuda-runtime" + ("" if int(major) >= 13 else f"-cu{major}")
+        if not declared & {wanted, "torch"}:
+            problems.append(f"{library} needs libcudart.so.{major} but the wheel does not declare "
+                            f"{wanted} (Requires-Dist): it loads only where a system CUDA {major} "
+                            f"is installed; add it to the package's cuda-dependencies in "
+                            f"pyproject.toml")
     return problems
 
 
@@ -263,11 +266,13 @@ def repair_and_check(wheels: list[str], out: Path, tools: Path, log: Path,
         if platform:
             problems.append(platform)
         problems += [f"bundles {lib}" for lib in bundled_runtimes(repaired)]
-        problems += undeclared_cudart(repaired, unpacked, log)
         problems += tag_problems(repaired.name)
+        declared = declared_runtimes(repaired)
         for lib in sorted(unpacked.rglob("*.so*")):
             if lib.is_file() and re.search(r"\.so(\.\d+)*$", lib.name) and ".libs" not in lib.parent.name:
-                problems += check_library(lib, log)
+                dynamic = _run(["readelf", "-d", str(lib)], log).stdout
+                problems += check_library(lib, log, dynamic)
+                problems += undeclared_cudart(lib.name, dynamic, declared)
         failure = smoke(repaired, out / "smoke" / name, log, torch_site=torch_site)
         if failure:
             problems.append(failure)
