@@ -10,7 +10,7 @@ import numpy as np
 
 from . import inputs as feeding
 from . import model as models
-from . import runtimes, tolerances
+from . import npz, runtimes, tolerances
 from .compare import Metrics, float_dtype, measure
 from .errors import AlignError
 
@@ -31,7 +31,9 @@ class Options:
     precision: str = "float64"                         # of the reference run: float64 | model
     skip_unavailable: bool = False
     stored_inputs: dict | None = None                 # feeds by name (export folders)
+    stored_from: str = ""                              # the file stored_inputs were read from
     exported_program: Path | None = None              # the torch runtime's .pt2
+    max_input_bytes: int = npz.DEFAULT_MAX_MIB * npz.MIB  # inputs together; each stored array
 
 
 @dataclass
@@ -84,11 +86,11 @@ def run(path, options: Options) -> Report:
     started = time.perf_counter()
     _check_program_option(options)
     model = models.load(path)
-    golden = feeding.load_npz(options.load_outputs) if options.load_outputs else None
+    golden, notes = _golden(model, options)
     usable, skipped = _usable_runtimes(options)
-    names, notes = _compared(model, options.all_tensors, golden, usable)
-    feeds = feeding.feeds(model, npz=options.inputs, stored=options.stored_inputs or golden,
-                          dims=options.dims, seed=options.seed)
+    names, compared_notes = _compared(model, options.all_tensors, golden, usable)
+    feeds, input_notes = _feeds(model, options, golden)
+    notes += compared_notes + input_notes
     baseline, subjects = _roles(usable, golden, options.save_outputs)
     every = len(names) == len(model.tensors)
     report = Report(str(path), list(options.runtimes), baseline, subjects, every,
@@ -98,6 +100,9 @@ def run(path, options: Options) -> Report:
     proto = model.with_outputs(names)
     outputs = _run_all(model, proto, feeds, names, usable, options, report.timings_s)
     if golden is not None:
+        report.notes += feeding.check_stored_dtypes(
+            options.load_outputs, golden,
+            _produced_dtypes(outputs, names, skip=_declared_dtypes(model, golden)))
         outputs[GOLDEN] = golden
     if options.save_outputs:
         report.saved = _save(options.save_outputs, feeds, outputs[usable[0]])
@@ -112,6 +117,49 @@ def run(path, options: Options) -> Report:
     return report
 
 
+def _golden(model, options: Options) -> tuple:
+    """(the stored outputs of --load-outputs or None, notes on their dtypes)."""
+    if not options.load_outputs:
+        return None, []
+    golden = feeding.stored_outputs(options.load_outputs, model, max_bytes=options.max_input_bytes,
+                                    with_inputs=options.inputs is None)
+    declared = _declared_dtypes(model, golden)
+    return golden, feeding.check_stored_dtypes(options.load_outputs, golden, declared)
+
+
+def _declared_dtypes(model, names) -> dict:
+    """name -> the dtype the model (with shape inference) gives each of `names` it computes."""
+    found = {}
+    for name in names:
+        elem = model.elem_types.get(name)
+        if elem and model.info(name) is not None:
+            try:
+                found[name] = np.dtype(models.np_dtype(elem))
+            except (KeyError, TypeError, ValueError):
+                continue  # an element type numpy has no dtype for: judged by what runs produce
+    return found
+
+
+def _feeds(model, options: Options, golden: dict | None) -> tuple:
+    if options.stored_inputs is not None:
+        stored, source = options.stored_inputs, options.stored_from or "the stored inputs"
+    else:
+        stored, source = golden, str(options.load_outputs or "")
+    return feeding.feeds(model, npz_path=options.inputs, stored=stored, stored_source=source,
+                         dims=options.dims, seed=options.seed, max_bytes=options.max_input_bytes)
+
+
+def _produced_dtypes(outputs: dict, names: list, *, skip) -> dict:
+    """name -> dtype a runtime produced, for the compared tensors whose type the model leaves
+    open (`skip`: the ones it declares)."""
+    found = {}
+    for arrays in outputs.values():
+        for name in names:
+            if name not in skip and name in arrays:
+                found.setdefault(name, np.asarray(arrays[name]).dtype)
+    return found
+
+
 def _compared(model, all_tensors: bool, golden: dict | None, usable: list) -> tuple:
     """(the tensors to compare, topological; notes): against stored outputs, every one they hold
     too - except with the torch runtime, whose intermediate tensors have no ONNX names."""
@@ -119,14 +167,15 @@ def _compared(model, all_tensors: bool, golden: dict | None, usable: list) -> tu
     if golden is not None:
         wanted |= set(golden)
     names = [t.name for t in model.tensors if t.name in wanted]
+    notes = model.uncompared_subgraphs() if all_tensors else []
     if "torch" not in usable:
-        return names, []
+        return names, notes
     outputs = set(model.outputs)
     if set(names) <= outputs:
-        return names, []
+        return names, notes
     note = ("torch: an exported program's intermediate tensors have no ONNX names: compared the "
             "graph outputs only" + (" (--all-tensors not applied)" if all_tensors else ""))
-    return [n for n in names if n in outputs], [note]
+    return [n for n in names if n in outputs], [*notes, note]
 
 
 def _check_program_option(options: Options) -> None:

@@ -6,7 +6,8 @@
                 [--exported-program PROGRAM.pt2] (the torch runtime)
 
 Exit codes: 0 every compared tensor within tolerance, 1 a mismatch, 2 a usage error, an unreadable
-model or a runtime that cannot run it (one line naming the file), 3 an internal error (a bug).
+model or input, or a runtime that cannot run it (one line naming the file), 3 an internal error (a
+bug; one line, the traceback with OPFORGE_ALIGN_TRACEBACK=1).
 
 The CI's alignment of opforge's own ops runs through the same tool: `layer2` (an export folder in
 this venv's ONNX Runtime), `cross` (those results across ONNX Runtime releases), `export` (layer 1
@@ -15,6 +16,7 @@ and the export folder; needs torch and opforge_torch).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -31,19 +33,50 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
+    command = None
     try:
         args = _parser().parse_args(argv)
+        command = args.command
         return args.handler(args)
     except AlignError as err:
         print(f"opforge-align: {err}", file=sys.stderr)
         return USAGE
     except KeyboardInterrupt:
         return USAGE
-    except Exception:  # noqa: BLE001  a bug: say so, never let it read as "mismatch"
+    except Exception as err:  # noqa: BLE001  never a traceback for the user; the CI's commands keep it
+        return _stray(err, traceback_too=command in HARNESS_COMMANDS
+                      or bool(os.environ.get(TRACEBACK_ENV)))
+
+
+HARNESS_COMMANDS = ("layer2", "cross", "export")
+TRACEBACK_ENV = "OPFORGE_ALIGN_TRACEBACK"
+
+
+def _stray(err: Exception, *, traceback_too: bool) -> int:
+    """One line for an exception no check of the tool turned into an AlignError: exit 2 for the
+    kinds that outside input raises (memory, files, archives, values, onnx/protobuf), 3 else."""
+    if traceback_too:
         traceback.print_exc()
-        print("opforge-align: internal error (a bug in opforge-align; the traceback above says "
-              "where)", file=sys.stderr)
-        return INTERNAL
+    detail = " ".join(str(err).split())[:300] or "no detail"
+    if isinstance(err, MemoryError):
+        print("opforge-align: out of memory: the inputs or the model's tensors are too large for "
+              "this machine (smaller --dim sizes or inputs)", file=sys.stderr)
+        return USAGE
+    if _from_outside(err):
+        print(f"opforge-align: {type(err).__name__}: {detail}", file=sys.stderr)
+        return USAGE
+    hint = "" if traceback_too else f"; {TRACEBACK_ENV}=1 shows where"
+    print(f"opforge-align: internal error (a bug in opforge-align): {type(err).__name__}: "
+          f"{detail}{hint}", file=sys.stderr)
+    return INTERNAL
+
+
+def _from_outside(err: Exception) -> bool:
+    import zipfile
+    import zlib
+
+    outside = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)
+    return isinstance(err, outside) or type(err).__module__.split(".")[0] in ("onnx", "google")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_parser(p) -> None:
+    from .npz import DEFAULT_MAX_MIB
+
     p.add_argument("model", type=Path, help="an .onnx file, or a folder (an export folder with "
                                             "manifest.json: every model on each of its cases)")
     p.add_argument("--runtimes", default="ort,reference",
@@ -81,7 +116,12 @@ def _run_parser(p) -> None:
                         "compared as the ONNX graph outputs (graph outputs only)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                    help="size of a symbolic dimension for generated inputs (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the generated inputs")
+    p.add_argument("--max-input-mib", type=_positive_number, default=DEFAULT_MAX_MIB,
+                   metavar="MIB",
+                   help="the most memory the inputs may take together, and any one array of "
+                        f"--load-outputs or an export folder's case (default "
+                        f"{DEFAULT_MAX_MIB}); checked before reading or generating them")
     p.add_argument("--reference-precision", choices=("float64", "model"), default="float64",
                    help="the reference run in float64 (default) or in the model's own dtypes")
     p.add_argument("--match", default="*", metavar="GLOB",
@@ -92,16 +132,34 @@ def _run_parser(p) -> None:
     p.set_defaults(handler=_run)
 
 
+def _non_negative_int(text: str) -> int:
+    if not text.strip().isascii() or not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return int(text)
+
+
+def _positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return min(value, 2.0 ** 60)  # beyond any machine; keeps the byte count an int
+
+
 def _run(args) -> int:
     from . import align, folder, report, runtimes, tolerances
     from .inputs import parse_dims
+    from .npz import MIB
 
     options = align.Options(
         runtimes=runtimes.parse(args.runtimes), inputs=args.inputs, all_tensors=args.all_tensors,
         save_outputs=args.save_outputs, load_outputs=args.load_outputs,
         overrides=[tolerances.Override.parse(t) for t in args.tolerance], libraries=args.library,
         dims=parse_dims(args.dim), seed=args.seed, precision=args.reference_precision,
-        skip_unavailable=args.skip_unavailable, exported_program=args.exported_program)
+        skip_unavailable=args.skip_unavailable, exported_program=args.exported_program,
+        max_input_bytes=int(args.max_input_mib * MIB))
     if args.model.is_dir() and args.exported_program:
         raise AlignError(f"--exported-program: expected one MODEL.onnx to pair it with, got the "
                          f"folder {args.model}")

@@ -13,9 +13,7 @@ import os
 import re
 from pathlib import Path
 
-import numpy as np
-
-from . import align, report
+from . import align, npz, report
 from .errors import AlignError
 from .model import load
 
@@ -28,8 +26,8 @@ def run(folder: Path, options: align.Options, *, json_path=None, report_dir=None
                          "folder's manifest.json)")
     align._usable_runtimes(options)  # an unavailable runtime stops everything: one line, exit 2
     entries, numbers = [], {}
-    for label, path, feeds in jobs:
-        entry = _one(label, path, dataclasses.replace(options, stored_inputs=feeds), report_dir)
+    for label, path, case in jobs:
+        entry = _one(label, path, case, options, report_dir)
         entries.append(entry)
         key = "align." + re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
         numbers[f"{key}.pass"] = int(entry["ok"] is True)
@@ -48,28 +46,80 @@ def run(folder: Path, options: align.Options, *, json_path=None, report_dir=None
     return 1 if failed else 0
 
 
-def _jobs(folder: Path):
+def _jobs(folder: Path) -> list:
+    """(label, model path, case data path or None) of every run of the folder."""
     manifest = folder / "manifest.json"
     if not manifest.is_file():
-        for path in sorted(folder.glob("*.onnx")):
-            yield path.stem, path, None
-        return
-    for entry in json.loads(manifest.read_text())["entries"]:
+        return [(path.stem, path, None) for path in sorted(folder.glob("*.onnx"))]
+    jobs = []
+    for i, entry in enumerate(_entries(manifest)):
+        where = f"{manifest}: entries[{i}]"
+        cases = [(case["name"], _inside(folder, case["data"], f"{where}.cases[{k}].data"))
+                 for k, case in enumerate(entry["cases"])]
         for form, rel in entry["models"].items():
-            if not isinstance(rel, str):
+            if isinstance(rel, dict):  # {"skipped": why} or {"error": what}: not exported
                 continue
-            for case in entry["cases"]:
-                with np.load(folder / case["data"]) as data:
-                    arrays = [data[k] for k in sorted((k for k in data.files if k.startswith("in")),
-                                                      key=lambda k: int(k[2:]))]
-                yield f"{entry['id']}.{form}.{case['name']}", folder / rel, arrays
+            if not isinstance(rel, str):
+                raise AlignError(f"{where}.models.{form}: expected a model path or an object "
+                                 f"saying why it was not exported, got {_kind(rel)}")
+            path = _inside(folder, rel, f"{where}.models.{form}")
+            jobs += [(f"{entry['id']}.{form}.{name}", path, data) for name, data in cases]
+    return jobs
 
 
-def _one(label: str, path: Path, options: align.Options, report_dir) -> dict:
+def _entries(manifest: Path) -> list:
+    """The manifest's entries, each checked for the fields a run reads."""
     try:
-        if options.stored_inputs is not None:  # positional arrays -> the model's input names
+        content = json.loads(manifest.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise AlignError(f"{manifest}: not valid JSON ({err})") from None
+    entries = content.get("entries") if isinstance(content, dict) else None
+    if not isinstance(entries, list):
+        raise AlignError(f"{manifest}: expected an object with an 'entries' list, got "
+                         f"{_kind(entries if isinstance(content, dict) else content)}")
+    for i, entry in enumerate(entries):
+        _check_entry(entry, f"{manifest}: entries[{i}]")
+    return entries
+
+
+def _check_entry(entry, where: str) -> None:
+    if not isinstance(entry, dict):
+        raise AlignError(f"{where}: expected an object, got {_kind(entry)}")
+    expected = {"id": (str, "a string"), "models": (dict, "an object mapping form to model path"),
+                "cases": (list, "a list of {name, data}")}
+    for key, (kind, text) in expected.items():
+        if not isinstance(entry.get(key), kind):
+            raise AlignError(f"{where}: '{key}': expected {text}, got {_kind(entry.get(key))}")
+    for k, case in enumerate(entry["cases"]):
+        if not (isinstance(case, dict) and isinstance(case.get("name"), str)
+                and isinstance(case.get("data"), str)):
+            raise AlignError(f"{where}.cases[{k}]: expected {{\"name\": str, \"data\": str}}, "
+                             f"got {_kind(case)}")
+
+
+def _kind(value) -> str:
+    return "none" if value is None else f"{type(value).__name__} {json.dumps(value)[:60]}"
+
+
+def _inside(folder: Path, rel: str, where: str) -> Path:
+    """`rel` as a path inside `folder` (links resolved), or AlignError: a manifest names files of
+    its own folder only, as onnx requires of external data."""
+    root = folder.resolve()
+    if not rel or Path(rel).is_absolute() or "\0" in rel:
+        raise AlignError(f"{where}: expected a path relative to {folder}, got {rel!r}")
+    target = (root / rel).resolve()
+    if target != root and root not in target.parents:
+        raise AlignError(f"{where}: {rel!r} points outside the folder {folder}; expected a path "
+                         "inside it")
+    return folder / rel
+
+
+def _one(label: str, path: Path, case: Path | None, options: align.Options, report_dir) -> dict:
+    try:
+        if case is not None:
             names = [i.name for i in load(path).inputs]
-            options = dataclasses.replace(options, stored_inputs=dict(zip(names, options.stored_inputs)))
+            options = dataclasses.replace(options, stored_inputs=_case_inputs(case, names, options),
+                                          stored_from=str(case))
         result = align.run(path, options)
     except AlignError as err:
         return {"label": label, "model": str(path), "ok": False, "error": str(err)}
@@ -78,6 +128,22 @@ def _one(label: str, path: Path, options: align.Options, report_dir) -> dict:
     data = report.as_dict(result)
     ulps = [t.get("max_ulp") for t in data["tensors"] if isinstance(t.get("max_ulp"), float)]
     return {"label": label, **data, **({"max_ulp": max(ulps)} if ulps else {})}
+
+
+def _case_inputs(data: Path, names: list, options: align.Options) -> dict:
+    """A case's arrays in0, in1, ... under the model's input names, in order."""
+    members = npz.members(data)
+    positional = {int(m.group(1)): key for key in members
+                  if (m := re.fullmatch(r"in([0-9]+)", key))}
+    keys = [positional[i] for i in sorted(positional)]
+    if sorted(positional) != list(range(len(names))):
+        expected = [f"in{i}" for i in range(len(names))]
+        raise AlignError(f"{data}: expected the arrays {expected} (one per input of the model, in "
+                         f"order), got {keys}")
+    for key in keys:
+        npz.check_size(data, members[key], options.max_input_bytes)
+    arrays = npz.load(data, keys)
+    return {name: arrays[key] for name, key in zip(names, keys)}
 
 
 def _stage_result(numbers: dict, artifacts: list) -> None:

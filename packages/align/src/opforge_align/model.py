@@ -61,6 +61,23 @@ class Model:
         outputs = set(self.outputs)
         return [t.name for t in self.tensors if t.name in outputs]
 
+    def uncompared_subgraphs(self) -> list:
+        """One note per main-graph node holding subgraphs (If, Loop, Scan bodies): their tensors
+        have no name in the main graph, so --all-tensors cannot compare them."""
+        notes = []
+        for i, node in enumerate(self.graph.node):
+            bodies = _subgraphs(node)
+            if not bodies:
+                continue
+            inner = [n for _, body in bodies for n in _all_nodes(body)]
+            custom = sorted({_op_name(n) for n in inner if n.domain == spec.DOMAIN})
+            notes.append(f"not compared: the tensors inside {_op_name(node)} node "
+                         f"{node.name or f'#{i}'!r} ({', '.join(name for name, _ in bodies)}: "
+                         f"{len(inner)} node(s)"
+                         + (f", among them {', '.join(custom)}" if custom else "")
+                         + "); only its outputs are")
+        return notes
+
     def with_outputs(self, names: list) -> onnx.ModelProto:
         """A copy whose graph outputs are `names` (types from shape inference where known; ONNX
         Runtime and the reference evaluator take an output without one)."""
@@ -150,12 +167,21 @@ def _elem_types(proto: onnx.ModelProto) -> dict:
     return types
 
 
+def _subgraphs(node) -> list:
+    """(attribute name, graph) of each subgraph a node holds."""
+    found = []
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            found.append((attr.name, attr.g))
+        found += [(f"{attr.name}[{k}]", g) for k, g in enumerate(attr.graphs)]
+    return found
+
+
 def _all_nodes(graph):
     for node in graph.node:
         yield node
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-                yield from _all_nodes(sub)
+        for _, sub in _subgraphs(node):
+            yield from _all_nodes(sub)
 
 
 def _widen_graph(graph: onnx.GraphProto) -> None:

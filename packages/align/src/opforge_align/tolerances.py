@@ -62,9 +62,10 @@ class Override:
             rtol, atol = (float(p) for p in parts) if len(parts) == 2 else (None, None)
         except ValueError:
             rtol = atol = None
-        if not sep or not name or rtol is None or not (rtol >= 0 and atol >= 0):
-            raise AlignError(f"--tolerance: expected TENSOR=RTOL,ATOL with RTOL, ATOL >= 0, got "
-                             f"{text!r}")
+        if not sep or not name or rtol is None or not all(
+                math.isfinite(v) and v >= 0 for v in (rtol, atol)):
+            raise AlignError(f"--tolerance: expected TENSOR=RTOL,ATOL with RTOL, ATOL finite and "
+                             f">= 0, got {text!r}")
         return cls(name, rtol, atol)
 
     def matches(self, tensor: str) -> bool:
