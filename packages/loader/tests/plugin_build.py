@@ -22,9 +22,28 @@ def nlohmann_json_include_dir() -> str | None:
     return str(include) if (include / "nlohmann" / "json.hpp").is_file() else None
 
 
+# ELF header bytes (offset: bytes) that make a plugin another machine's, for the refusal tests:
+# e_machine (offset 18) of a machine other than this host's, with the names the messages give both.
+_FOREIGN_MACHINE = {"x86_64": (183, "AArch64", "x86-64"), "aarch64": (62, "x86-64", "AArch64")}
+ELF32_I386 = {4: bytes([1]), 18: (3).to_bytes(2, "little")}  # EI_CLASS 32-bit, e_machine x86 (i386)
+
+
+def foreign_machine() -> tuple[int, str, str]:
+    """(e_machine of another machine, its name, this host's name)."""
+    import platform
+
+    import pytest
+
+    if platform.machine() not in _FOREIGN_MACHINE:
+        pytest.skip(f"no foreign machine chosen for a {platform.machine()} host")
+    return _FOREIGN_MACHINE[platform.machine()]
+
+
 def build_c_plugin(out_dir: Path, file_name: str, *, name: str = "test_offset", version: str = "1.0.0",
                    op: str = "Offset", offset: float = 1.0, defines: tuple[str, ...] = (), hidden: bool = True,
-                   manifest: bool = True, link_args: tuple[str, ...] = (), **manifest_overrides) -> Path:
+                   manifest: bool = True, link_args: tuple[str, ...] = (), header_patch: dict | None = None,
+                   **manifest_overrides) -> Path:
+    """header_patch: {offset: bytes} written over the built library before its manifest."""
     out_dir.mkdir(parents=True, exist_ok=True)
     lib = out_dir / file_name
     cmd = ["gcc", "-std=c11", "-O1", "-shared", "-fPIC", f"-I{opforge_loader.include_dir()}",
@@ -35,6 +54,11 @@ def build_c_plugin(out_dir: Path, file_name: str, *, name: str = "test_offset", 
     if hidden:
         cmd += ["-fvisibility=hidden", f"-Wl,--version-script={Path(opforge_loader.cmake_dir()) / 'opforge_plugin.map'}"]
     subprocess.run(cmd, check=True)
+    if header_patch:
+        data = bytearray(lib.read_bytes())
+        for at, value in header_patch.items():
+            data[at:at + len(value)] = value
+        lib.write_bytes(bytes(data))
     if manifest:
         manifest_overrides.setdefault("ops", [{"domain": "test", "name": op, "version": 1}])
         write_manifest(lib, name=name, version=version, **manifest_overrides)

@@ -10,7 +10,7 @@ import pytest
 
 import opforge_loader
 from opforge_loader import doctor
-from plugin_build import build_c_plugin
+from plugin_build import ELF32_I386, build_c_plugin, foreign_machine
 
 NN = os.path.join(opforge_loader.plugin_dir(), "libops_opforge_nn.so.1")
 
@@ -142,3 +142,18 @@ def test_cli_doctor_directory_json_and_exit_code(plugin_dir):
     proc = subprocess.run([sys.executable, "-m", "opforge_loader.cli", "doctor", str(plugin_dir)], capture_output=True, text=True)
     assert proc.returncode == 1
     assert "[FAIL] exports" in proc.stdout and "cause:" in proc.stdout and "fix:" in proc.stdout
+
+
+def test_library_for_another_machine_is_named(plugin_dir):
+    machine, found, expected = foreign_machine()
+    lib = build_c_plugin(plugin_dir, "libops_test_foreign.so.1", header_patch={18: machine.to_bytes(2, "little")})
+    f = by_check(doctor.diagnose(str(lib), isolated=True))
+    assert f["machine"].status == "error", f["machine"]
+    assert f["machine"].message == f"built for another machine: expected {expected}, found {found}"
+    assert "isolated" not in f and "dependencies" not in f  # nothing else to say about a foreign object
+
+
+def test_32_bit_library_is_named(plugin_dir):
+    lib = build_c_plugin(plugin_dir, "libops_test_elf32.so.1", header_patch=ELF32_I386)
+    f = by_check(doctor.diagnose(str(lib)))["machine"]
+    assert f.status == "error" and f.message.startswith("wrong ELF class: expected 64-bit") and "found 32-bit x86 (i386)" in f.message

@@ -6,7 +6,7 @@ import pytest
 
 import opforge_loader
 from conftest import snapshot
-from plugin_build import build_c_plugin
+from plugin_build import ELF32_I386, build_c_plugin, foreign_machine
 
 SHIPPED_SCALE = os.path.join(opforge_loader.plugin_dir(), "libops_example_scale.so.1")
 
@@ -151,3 +151,16 @@ def test_scan_reports_library_without_manifest(registry, plugin_dir):
     assert registry.load_dir(plugin_dir) == (0, 1)
     assert "missing manifest" in registry.refusals[0] and "libops_test_orphan.so.1" in registry.refusals[0]
     assert registry.ops() == []
+
+
+
+def test_library_built_for_another_machine(loaded, plugin_dir):
+    machine, found, expected = foreign_machine()
+    lib = build_c_plugin(plugin_dir, "libops_test_foreign.so.1", header_patch={18: machine.to_bytes(2, "little")})
+    message = refused(loaded, lib, f"built for another machine: expected {expected}, found {found} (e_machine {machine})")
+    assert "No such file" not in message
+
+
+def test_32_bit_library(loaded, plugin_dir):
+    lib = build_c_plugin(plugin_dir, "libops_test_elf32.so.1", header_patch=ELF32_I386)
+    refused(loaded, lib, "wrong ELF class: expected a 64-bit", "found a 32-bit x86 (i386) one (EI_CLASS 1)")

@@ -255,12 +255,20 @@ OpforgeRegistry* opforge_registry_create(void) {
 }
 
 void opforge_registry_destroy(OpforgeRegistry* reg) {
-  guarded_void([&] { delete reg; });
+  guarded_void([&] {
+    if (reg && !reg->impl.writing_on_this_thread()) delete reg;  // else it would wait for itself
+  });
 }
 
 void opforge_registry_set_log(OpforgeRegistry* reg, OpforgeLogFn fn, void* user) {
   guarded_void([&] {
     if (reg) reg->impl.set_log(fn, user);
+  });
+}
+
+void opforge_registry_set_admit(OpforgeRegistry* reg, OpforgeAdmitFn fn, void* user) {
+  guarded_void([&] {
+    if (reg) reg->impl.set_admit(fn, user);
   });
 }
 

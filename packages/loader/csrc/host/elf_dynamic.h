@@ -83,7 +83,97 @@ inline bool is_elf64_of_this_host(const Elf64_Ehdr& h) {
          h.e_ident[EI_DATA] == data;
 }
 
+#ifndef EM_LOONGARCH
+#define EM_LOONGARCH 258
+#endif
+
+#if defined(__x86_64__)
+constexpr unsigned kHostMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr unsigned kHostMachine = EM_AARCH64;
+#elif defined(__powerpc64__)
+constexpr unsigned kHostMachine = EM_PPC64;
+#elif defined(__s390x__)
+constexpr unsigned kHostMachine = EM_S390;
+#elif defined(__riscv)
+constexpr unsigned kHostMachine = EM_RISCV;
+#elif defined(__loongarch64)
+constexpr unsigned kHostMachine = EM_LOONGARCH;
+#elif defined(__i386__)
+constexpr unsigned kHostMachine = EM_386;
+#elif defined(__arm__)
+constexpr unsigned kHostMachine = EM_ARM;
+#else
+constexpr unsigned kHostMachine = EM_NONE;  // unknown here: the machine is left to dlopen
+#endif
+constexpr unsigned char kHostClass = sizeof(void*) == 8 ? ELFCLASS64 : ELFCLASS32;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+constexpr unsigned char kHostData = ELFDATA2MSB;
+#else
+constexpr unsigned char kHostData = ELFDATA2LSB;
+#endif
+
+inline std::string machine_name(unsigned machine) {
+  switch (machine) {
+    case EM_386: return "x86 (i386)";
+    case EM_X86_64: return "x86-64";
+    case EM_AARCH64: return "AArch64";
+    case EM_ARM: return "ARM";
+    case EM_PPC: return "PowerPC";
+    case EM_PPC64: return "PowerPC64";
+    case EM_S390: return "s390";
+    case EM_RISCV: return "RISC-V";
+    case EM_LOONGARCH: return "LoongArch";
+    case EM_MIPS: return "MIPS";
+    case EM_SPARCV9: return "SPARC V9";
+    default: return "e_machine " + std::to_string(machine);
+  }
+}
+
+inline std::string class_name(unsigned char elf_class) {
+  if (elf_class == ELFCLASS32) return "32-bit";
+  if (elf_class == ELFCLASS64) return "64-bit";
+  return "EI_CLASS " + std::to_string(elf_class);
+}
+
+inline std::string byte_order_name(unsigned char data) {
+  if (data == ELFDATA2LSB) return "little-endian";
+  if (data == ELFDATA2MSB) return "big-endian";
+  return "EI_DATA " + std::to_string(data);
+}
+
 }  // namespace elf_detail
+
+// Whether the ELF header at the start of data[0, size) is of an object this host can map: its
+// class, byte order and machine are the host's. dlopen skips an object of another machine as if
+// the file were missing ("No such file or directory"); reason names what was expected and what
+// was found. Bytes too short for e_machine or without the ELF magic give true: dlopen names that.
+inline bool check_elf_header(const unsigned char* data, size_t size, std::string& reason) {
+  using namespace elf_detail;
+  if (size < EI_NIDENT + 4 || std::memcmp(data, ELFMAG, SELFMAG) != 0) return true;
+  const unsigned char elf_class = data[EI_CLASS], order = data[EI_DATA];
+  // e_machine sits at offset 18 in both classes, in the file's own byte order.
+  const unsigned machine = order == ELFDATA2MSB ? unsigned(data[18]) << 8 | data[19] : unsigned(data[19]) << 8 | data[18];
+  const std::string host = class_name(kHostClass) + " " + machine_name(kHostMachine);
+  const std::string found = class_name(elf_class) + " " + machine_name(machine);
+  const std::string rebuild = "; rebuild it for this host";
+  if (elf_class != kHostClass) {
+    reason = "wrong ELF class: expected a " + host + " library, found a " + found + " one (EI_CLASS " +
+             std::to_string(elf_class) + ")" + rebuild;
+    return false;
+  }
+  if (order != kHostData) {
+    reason = "wrong byte order: expected " + byte_order_name(kHostData) + ", found " + byte_order_name(order) + " (" +
+             found + ")" + rebuild;
+    return false;
+  }
+  if (kHostMachine != EM_NONE && machine != kHostMachine) {
+    reason = "built for another machine: expected " + machine_name(kHostMachine) + ", found " + machine_name(machine) +
+             " (e_machine " + std::to_string(machine) + ")" + rebuild;
+    return false;
+  }
+  return true;
+}
 
 // Fills out from the ELF64 object in data[0, size). Bytes that are not an ELF64 object of this
 // host's byte order give true and nothing to resolve (dlopen then names the problem itself);

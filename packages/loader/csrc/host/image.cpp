@@ -136,6 +136,19 @@ bool check_digest(const Manifest& m, const std::string& digest, std::string& rea
   return false;
 }
 
+bool check_image_header(const LibraryImage& image, std::string& reason) {
+  unsigned char header[EI_NIDENT + 4] = {0};
+  ssize_t got;
+  do {
+    got = ::pread(image.fd, header, sizeof header, 0);
+  } while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    reason = std::string("cannot read the verified copy of the library: ") + std::strerror(errno);
+    return false;
+  }
+  return check_elf_header(header, static_cast<size_t>(got), reason);
+}
+
 bool mapping_released(const std::string& dlopen_path) {
   void* still = ::dlopen(dlopen_path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   if (!still) return true;
@@ -147,11 +160,6 @@ bool mapping_released(const std::string& dlopen_path) {
 // $ORIGIN dependencies
 
 namespace {
-
-struct Dependency {
-  std::string needed;  // the plugin's DT_NEEDED name (outside input: printable() in messages)
-  std::string path;    // where its search path finds it through $ORIGIN
-};
 
 std::string shown(const std::string& outside) { return printable(outside, 300); }
 
@@ -242,7 +250,7 @@ bool read_image_dynamic_info(const LibraryImage& image, const std::string& libra
 
 // searches_origin: the search path has a $ORIGIN entry (else only DT_NEEDED paths are checked).
 bool find_origin_dependencies(const DynamicInfo& info, const std::string& origin, bool searches_origin,
-                              std::vector<Dependency>& deps, std::string& reason) {
+                              std::vector<OriginDependency>& deps, std::string& reason) {
   for (const std::string& needed : info.needed) {
     if (needed.find('/') != std::string::npos) {
       bool uses_origin, other_token;
@@ -261,7 +269,7 @@ bool find_origin_dependencies(const DynamicInfo& info, const std::string& origin
 }
 
 // The world-writable rule of the plugin, for the dependency's link and the file it leads to.
-bool check_dependency_location(const Dependency& dep, std::string& reason) {
+bool check_dependency_location(const OriginDependency& dep, std::string& reason) {
   if (check_not_world_writable(dep.path, reason) && check_not_world_writable(absolute_path(dep.path), reason))
     return true;
   reason = "dependency " + shown(dep.needed) + " found through $ORIGIN: " + reason;
@@ -298,7 +306,7 @@ std::string loaded_name(void* handle) {
 
 // glibc binds the plugin's DT_NEEDED to an object already loaded under that SONAME, as it would
 // for any library; when that object is not the file $ORIGIN leads to, the log says so.
-void warn_if_other_file(void* loaded, const Dependency& dep, const std::string& plugin, std::vector<std::string>& warnings) {
+void warn_if_other_file(void* loaded, const OriginDependency& dep, const std::string& plugin, std::vector<std::string>& warnings) {
   struct stat st {};
   uint64_t dev = 0, ino = 0;
   if (::stat(dep.path.c_str(), &st) != 0 || !mapped_file_of(loaded, dev, ino)) return;
@@ -311,7 +319,7 @@ void warn_if_other_file(void* loaded, const Dependency& dep, const std::string& 
 
 enum class Opened { Yes, NotYet, Refused };
 
-Opened open_dependency(const Dependency& dep, const std::string& plugin, OriginDependencies& out, std::string& error) {
+Opened open_dependency(const OriginDependency& dep, const std::string& plugin, OriginDependencies& out, std::string& error) {
   if (void* loaded = ::dlopen(dep.needed.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
     warn_if_other_file(loaded, dep, plugin, out.warnings);
     out.handles.push_back(loaded);
@@ -338,14 +346,14 @@ Opened open_dependency(const Dependency& dep, const std::string& plugin, OriginD
 
 // One dependency may need another found the same way (DT_RPATH is inherited): retry those that
 // failed for as long as another one loads.
-bool open_dependencies(const std::vector<Dependency>& deps, const std::string& plugin, OriginDependencies& out,
+bool open_dependencies(const std::vector<OriginDependency>& deps, const std::string& plugin, OriginDependencies& out,
                        std::string& reason) {
-  std::vector<const Dependency*> pending;
-  for (const Dependency& dep : deps) pending.push_back(&dep);
+  std::vector<const OriginDependency*> pending;
+  for (const OriginDependency& dep : deps) pending.push_back(&dep);
   while (!pending.empty()) {
-    std::vector<const Dependency*> failed;
+    std::vector<const OriginDependency*> failed;
     std::string first_error;
-    for (const Dependency* dep : pending) {
+    for (const OriginDependency* dep : pending) {
       std::string error;
       Opened opened = open_dependency(*dep, plugin, out, error);
       if (opened == Opened::Refused) { reason = error; return false; }
@@ -362,18 +370,21 @@ bool open_dependencies(const std::vector<Dependency>& deps, const std::string& p
 
 }  // namespace
 
-bool load_origin_dependencies(const LibraryImage& image, const std::string& library_path, OriginDependencies& out,
-                              std::string& reason) {
+bool check_origin_dependencies(const LibraryImage& image, const std::string& library_path, OriginDependencies& out,
+                               std::string& reason) {
   if (::getauxval(AT_SECURE)) return true;  // glibc ignores $ORIGIN in a set-user-ID process
   DynamicInfo info;
   if (!read_image_dynamic_info(image, library_path, info, reason)) return false;
   const std::string origin = directory_of(library_path);
   out.origin_dirs = expanded_origin_dirs(info, origin);
-  std::vector<Dependency> deps;
-  if (!find_origin_dependencies(info, origin, !out.origin_dirs.empty(), deps, reason)) return false;
-  for (const Dependency& dep : deps)
+  if (!find_origin_dependencies(info, origin, !out.origin_dirs.empty(), out.found, reason)) return false;
+  for (const OriginDependency& dep : out.found)
     if (!check_dependency_location(dep, reason)) return false;  // before any of them runs code
-  if (open_dependencies(deps, library_path, out, reason)) return true;
+  return true;
+}
+
+bool open_origin_dependencies(const std::string& library_path, OriginDependencies& out, std::string& reason) {
+  if (open_dependencies(out.found, library_path, out, reason)) return true;
   close_dependencies(out.handles);
   return false;
 }

@@ -25,6 +25,10 @@ bool make_library_image(const std::string& path, LibraryImage& out, std::string&
 // Hashes path (regular file, at most kMaxLibraryBytes) without keeping a copy.
 bool hash_library_file(const std::string& path, FileId& id, std::string& sha256, std::string& reason);
 
+// The verified bytes are an ELF object of this host's class, byte order and machine
+// (elf_dynamic.h: check_elf_header); reason names the expected and the found ones.
+bool check_image_header(const LibraryImage& image, std::string& reason);
+
 // The sha256 a manifest names against the one computed; reason names both.
 bool check_digest(const Manifest& m, const std::string& digest, std::string& reason);
 
@@ -40,16 +44,27 @@ bool mapping_released(const std::string& dlopen_path);
 // object (checked for each one: a dependency glibc would not bind is refused). Dependencies are
 // not hashed (the manifest covers the plugin file): they are trusted like any DT_NEEDED library,
 // except that a world-writable dependency file or directory is refused before anything is opened.
+struct OriginDependency {
+  std::string needed;  // the plugin's DT_NEEDED name (outside input: printable() in messages)
+  std::string path;    // where its search path finds it through $ORIGIN
+};
+
 struct OriginDependencies {
+  std::vector<OriginDependency> found;   // checked by check_origin_dependencies, to open
   std::vector<void*> handles;            // to dlclose after the plugin's dlclose (close_dependencies)
   std::vector<std::string> origin_dirs;  // the search path's $ORIGIN entries, expanded (for messages)
   std::vector<std::string> warnings;     // log lines: a dependency glibc takes from another file
 };
 
-// Opens the $ORIGIN dependencies of the plugin whose verified image this is (library_path: the
-// real file). On refusal nothing stays open and reason names the dependency.
-bool load_origin_dependencies(const LibraryImage& image, const std::string& library_path, OriginDependencies& out,
-                              std::string& reason);
+// Finds the $ORIGIN dependencies of the plugin whose verified image this is (library_path: the
+// real file) and checks where they lie; opens nothing. reason names a malformed dynamic section or
+// the dependency refused.
+bool check_origin_dependencies(const LibraryImage& image, const std::string& library_path, OriginDependencies& out,
+                               std::string& reason);
+
+// Opens what check_origin_dependencies found. On refusal nothing stays open and reason names the
+// dependency.
+bool open_origin_dependencies(const std::string& library_path, OriginDependencies& out, std::string& reason);
 
 // dlclose in reverse order of opening; empties handles.
 void close_dependencies(std::vector<void*>& handles);

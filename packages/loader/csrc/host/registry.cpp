@@ -22,6 +22,27 @@ namespace fs = std::filesystem;
 
 namespace opforge::loader {
 
+namespace {
+
+// The registries whose writer lock this thread holds (a hook may load into another registry) and
+// what runs under it now, a plugin hook or a callback: named by the refusal of a re-entrant call.
+thread_local std::vector<const Registry*> t_writing;
+thread_local const std::string* t_running = nullptr;
+
+class Running {
+ public:
+  explicit Running(std::string what) : what_(std::move(what)), outer_(t_running) { t_running = &what_; }
+  ~Running() { t_running = outer_; }
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+
+ private:
+  std::string what_;
+  const std::string* outer_;
+};
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 // logging
 
@@ -33,7 +54,11 @@ void Logger::set(OpforgeLogFn fn, void* user) {
 
 void Logger::log(int32_t level, const std::string& line) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (fn_) { fn_(user_, level, line.c_str()); return; }
+  if (fn_) {
+    Running running("a log callback");
+    fn_(user_, level, line.c_str());
+    return;
+  }
   const char* env = std::getenv("OPFORGE_LOADER_LOG");
   if (env && *env && std::strcmp(env, "0") != 0) std::fprintf(stderr, "%s\n", line.c_str());
 }
@@ -67,6 +92,7 @@ void OpEntry::release() {
 Library::~Library() {
   if (handle) {
     if (initialized && plugin && plugin->unload) {
+      Running running("the unload hook of plugin " + name + " " + version);
       try {
         plugin->unload();
       } catch (...) {  // a C++ plugin breaking the C ABI must not terminate the host
@@ -147,10 +173,21 @@ bool validate_plugin_struct(const OpforgePlugin* p, const Manifest& m, std::stri
 // ---------------------------------------------------------------------------------------------
 // Registry
 
+class Registry::WriterLock {
+ public:
+  explicit WriterLock(Registry& registry) : lock_(registry.writer_) { t_writing.push_back(&registry); }
+  ~WriterLock() { t_writing.pop_back(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+};
+
 Registry::Registry() : log_(std::make_shared<Logger>()) {}
 
 Registry::~Registry() {
-  std::lock_guard<std::mutex> w(writer_);
+  WriterLock w(*this);
   std::vector<std::string> names;
   {
     std::shared_lock<WriterPreferringMutex> r(mu_);
@@ -158,6 +195,48 @@ Registry::~Registry() {
   }
   std::string err;
   for (auto& n : names) unload_locked(n, err);
+}
+
+bool Registry::writing_on_this_thread() const {
+  return std::find(t_writing.begin(), t_writing.end(), this) != t_writing.end();
+}
+
+// writer_ is not recursive: a second lock on this thread would wait for itself forever.
+int32_t Registry::refuse_reentry(const char* call, std::string& err) const {
+  if (!writing_on_this_thread()) return OPFORGE_OK;
+  err = std::string("opforge-loader: ") + call + ": refused a re-entrant call from " +
+        (t_running ? *t_running : std::string("code run by this registry")) +
+        ": this registry is loading or unloading on this thread and holds its writer lock "
+        "(make the call after the hook or callback has returned)";
+  return OPFORGE_ERR_REENTRANT;
+}
+
+void Registry::set_admit(OpforgeAdmitFn fn, void* user) {
+  std::lock_guard<std::mutex> lock(admit_mu_);
+  admit_fn_ = fn;
+  admit_user_ = user;
+}
+
+bool Registry::admit(const std::string& path, std::string& reason) {
+  OpforgeAdmitFn fn;
+  void* user;
+  {
+    std::lock_guard<std::mutex> lock(admit_mu_);
+    fn = admit_fn_;
+    user = admit_user_;
+  }
+  if (!fn) return true;
+  char buf[1024] = {0};
+  int32_t status = OPFORGE_ERR_INTERNAL;
+  Running running("the admit callback");
+  try {
+    status = fn(user, path.c_str(), buf, sizeof(buf) - 1);
+  } catch (...) {  // a C++ callback breaking the C ABI
+    std::snprintf(buf, sizeof(buf), "the admit callback threw a C++ exception");
+  }
+  if (status == OPFORGE_OK) return true;
+  reason = buf[0] ? printable(buf, 1000) : "refused by the admit callback (status " + std::to_string(status) + ")";
+  return false;
 }
 
 int32_t Registry::refuse(const std::string& path, const std::string& reason, int32_t status, std::string& err) {
@@ -180,12 +259,14 @@ std::string Registry::find_duplicate(const Manifest& m, const std::string& repla
 }
 
 int32_t Registry::load(const std::string& path, std::string& err) {
-  std::lock_guard<std::mutex> w(writer_);
+  if (int32_t s = refuse_reentry("opforge_registry_load", err)) return s;
+  WriterLock w(*this);
   return load_locked(path, Mode::Load, "", err);
 }
 
 int32_t Registry::reload(const std::string& path, std::string& err) {
-  std::lock_guard<std::mutex> w(writer_);
+  if (int32_t s = refuse_reentry("opforge_registry_reload", err)) return s;
+  WriterLock w(*this);
   return load_locked(path, Mode::Reload, "", err);
 }
 
@@ -230,9 +311,11 @@ int32_t Registry::load_locked(const std::string& raw_path, Mode mode, const std:
   lib->source_dir = source_dir;
   lib->library_id = image.source_id; lib->manifest_id = manifest_id;
   if (!check_digest(m, image.sha256, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
-
-  OriginDependencies deps;  // before the plugin is mapped, so that glibc finds them loaded
-  if (!load_origin_dependencies(image, path, deps, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  if (!check_image_header(image, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  OriginDependencies deps;  // opened before the plugin is mapped, so that glibc finds them loaded
+  if (!check_origin_dependencies(image, path, deps, reason) || !admit(path, reason) ||
+      !open_origin_dependencies(path, deps, reason))
+    return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
   lib->dependencies = std::move(deps.handles);
   for (const std::string& line : deps.warnings) log_->log(OPFORGE_LOG_WARNING, line);
   lib->handle = ::dlopen(image.dlopen_path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -263,6 +346,7 @@ int32_t Registry::load_locked(const std::string& raw_path, Mode mode, const std:
     char buf[1024] = {0};
     OpforgeHostInfo host{OPFORGE_PLUGIN_API_VERSION, OPFORGE_LOADER_VERSION};
     int32_t status = OPFORGE_ERR_INTERNAL;
+    Running running("the init hook of plugin " + m.name + " " + m.version);
     try {
       status = lib->plugin->init(&host, buf, sizeof(buf) - 1);
     } catch (...) {  // a C++ plugin breaking the C ABI: refuse it instead of terminating the host
@@ -311,7 +395,8 @@ void Registry::retire(std::vector<OpEntry*>& entries) {
 }
 
 int32_t Registry::unload(const std::string& plugin, std::string& err) {
-  std::lock_guard<std::mutex> w(writer_);
+  if (int32_t s = refuse_reentry("opforge_registry_unload", err)) return s;
+  WriterLock w(*this);
   return unload_locked(plugin, err);
 }
 
@@ -376,7 +461,8 @@ std::string library_of(const std::string& manifest_path) {
 }  // namespace
 
 int32_t Registry::load_dir(const std::string& dir, uint32_t* loaded, uint32_t* refused, std::string& err) {
-  std::lock_guard<std::mutex> w(writer_);
+  if (int32_t s = refuse_reentry("opforge_registry_load_dir", err)) return s;
+  WriterLock w(*this);
   uint32_t ok = 0, bad = 0;
   Scan scan = scan_dir(absolute_path(dir), err);
   if (!err.empty()) return OPFORGE_ERR_NOT_FOUND;
@@ -397,7 +483,8 @@ int32_t Registry::load_dir(const std::string& dir, uint32_t* loaded, uint32_t* r
 }
 
 int32_t Registry::sync_dir(const std::string& raw_dir, uint32_t* changes, std::string& err) {
-  std::lock_guard<std::mutex> w(writer_);
+  if (int32_t s = refuse_reentry("opforge_registry_sync_dir", err)) return s;
+  WriterLock w(*this);
   const std::string dir = absolute_path(raw_dir);
   uint32_t changed = 0;
   Scan scan = scan_dir(dir, err);

@@ -90,6 +90,10 @@ class Registry {
   Registry();
   ~Registry();
   void set_log(OpforgeLogFn fn, void* user) { log_->set(fn, user); }
+  void set_admit(OpforgeAdmitFn fn, void* user);
+  // True while this thread is inside a load, unload, reload or sync of this registry: in a plugin
+  // hook or a log / admit callback it runs under its writer lock.
+  bool writing_on_this_thread() const;
 
   int32_t load(const std::string& path, std::string& err);
   int32_t load_dir(const std::string& dir, uint32_t* loaded, uint32_t* refused, std::string& err);
@@ -106,6 +110,10 @@ class Registry {
     std::vector<OpEntry*> entries;
   };
   enum class Mode { Load, Reload };
+  class WriterLock;  // writer_, and the mark that this thread holds it (re-entry refusal)
+
+  int32_t refuse_reentry(const char* call, std::string& err) const;
+  bool admit(const std::string& path, std::string& reason);
 
   int32_t load_locked(const std::string& path, Mode mode, const std::string& source_dir, std::string& err);
   int32_t unload_locked(const std::string& plugin, std::string& err);
@@ -119,6 +127,9 @@ class Registry {
   std::unordered_map<std::string, std::map<uint32_t, OpEntry*>> ops_;
   std::map<std::string, Plugin> plugins_;
   std::map<std::string, std::pair<FileId, FileId>> reported_refusals_;  // sync: don't repeat
+  std::mutex admit_mu_;  // guards the two below (set_admit may run while a load asks)
+  OpforgeAdmitFn admit_fn_ = nullptr;
+  void* admit_user_ = nullptr;
 };
 
 }  // namespace opforge::loader

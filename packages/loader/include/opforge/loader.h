@@ -53,10 +53,20 @@ OPFORGE_LOADER_API const char* opforge_loader_version(void);
 OPFORGE_LOADER_API uint32_t opforge_loader_api_version(void);
 
 OPFORGE_LOADER_API OpforgeRegistry* opforge_registry_create(void);
-/* Unregisters everything; libraries still referenced unload when their last ref drops. */
+/* Unregisters everything; libraries still referenced unload when their last ref drops. Called
+ * from inside a hook or callback of this registry's own load or unload it does nothing. */
 OPFORGE_LOADER_API void opforge_registry_destroy(OpforgeRegistry* reg);
 /* fn == NULL restores the default (stderr when OPFORGE_LOADER_LOG is set, else silent). */
 OPFORGE_LOADER_API void opforge_registry_set_log(OpforgeRegistry* reg, OpforgeLogFn fn, void* user);
+
+/* Asked before any code of a library runs: after its manifest, sha256 and ELF header are checked,
+ * before it or its $ORIGIN dependencies are dlopen'ed (e.g. to run it in a child process first,
+ * as the opforge-loader CLI does). OPFORGE_OK lets the load go on; any other status refuses the
+ * library with the message written into err. Runs under the writer lock, like the plugin hooks
+ * (plugin.h: re-entry). */
+typedef int32_t (*OpforgeAdmitFn)(void* user, const char* library_path, char* err, size_t err_len);
+/* fn == NULL admits every library (the default). */
+OPFORGE_LOADER_API void opforge_registry_set_admit(OpforgeRegistry* reg, OpforgeAdmitFn fn, void* user);
 
 /* Load one library (its manifest sits beside it as <file>.manifest.json). */
 OPFORGE_LOADER_API int32_t opforge_registry_load(OpforgeRegistry* reg, const char* library_path,

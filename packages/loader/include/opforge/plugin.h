@@ -37,7 +37,9 @@ typedef enum OpforgeStatus {
   OPFORGE_ERR_INTERNAL = 4,
   OPFORGE_ERR_NOT_FOUND = 5,        /* host: no such op / plugin */
   OPFORGE_ERR_REFUSED = 6,          /* host: plugin refused at load (message says why) */
-  OPFORGE_ERR_INIT_FAILED = 7       /* plugin init hook failed */
+  OPFORGE_ERR_INIT_FAILED = 7,      /* plugin init hook failed */
+  OPFORGE_ERR_REENTRANT = 8         /* host: a registry call from inside that registry's own
+                                       load / unload (see OpforgePlugin.init) */
 } OpforgeStatus;
 
 /* Element types use ONNX TensorProto codes, so engines can map them without a table. */
@@ -136,7 +138,14 @@ typedef struct OpforgePlugin {
   const OpforgeOpDef* ops;
   /* Optional (NULL = nothing to do). init runs once after load, before any op is served;
    * keep it cheap and defer device work to create() (seed 000 section 5.4). unload runs once,
-   * after the last reference is released, right before dlclose. */
+   * after the last reference is released, right before dlclose.
+   *
+   * Re-entry: init, and unload when it runs inside a load, unload, reload or sync, run while
+   * the registry holds its writer lock. From there, opforge_registry_load, _load_dir, _unload,
+   * _reload and _sync_dir of that same registry return OPFORGE_ERR_REENTRANT (the message
+   * names the call and the hook) instead of waiting for the lock forever; the registry is left
+   * as it was, and the outer load goes on with whatever init then returns. Acquiring ops and
+   * calling them (opforge_acquire, opforge_op_*) works from both hooks. */
   int32_t (*init)(const OpforgeHostInfo* host, char* err, size_t err_len);
   void (*unload)(void);
 } OpforgePlugin;

@@ -9,8 +9,10 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 LIBRARY_FILE = "libopforge_loader.so.1"
 
 OK = 0
+REFUSED = 6
+REENTRANT = 8
 STATUS_NAMES = {0: "OK", 1: "INVALID_ARGUMENT", 2: "UNSUPPORTED", 3: "OUT_OF_MEMORY", 4: "INTERNAL",
-                5: "NOT_FOUND", 6: "REFUSED", 7: "INIT_FAILED"}
+                5: "NOT_FOUND", 6: "REFUSED", 7: "INIT_FAILED", 8: "REENTRANT"}
 STATE_NAMES = ("Loaded", "Registered", "Initializing", "Running", "Unregistering")
 ATTR_FLOAT, ATTR_INT, ATTR_STRING = 1, 2, 3
 DTYPE_NAMES = {1: "float32", 6: "int32", 7: "int64", 10: "float16", 11: "float64", 16: "bfloat16"}
@@ -58,6 +60,7 @@ class OpInfo(C.Structure):
 
 LogFn = C.CFUNCTYPE(None, C.c_void_p, C.c_int32, C.c_char_p)
 VisitFn = C.CFUNCTYPE(None, C.c_void_p, C.POINTER(OpInfo))
+AdmitFn = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_char_p, C.c_void_p, C.c_size_t)
 
 _P = C.c_void_p
 _ERR = [C.c_char_p, C.c_size_t]
@@ -67,6 +70,7 @@ _SIGNATURES = {
     "opforge_registry_create": (_P, []),
     "opforge_registry_destroy": (None, [_P]),
     "opforge_registry_set_log": (None, [_P, LogFn, _P]),
+    "opforge_registry_set_admit": (None, [_P, AdmitFn, _P]),
     "opforge_registry_load": (C.c_int32, [_P, C.c_char_p] + _ERR),
     "opforge_registry_load_dir": (C.c_int32, [_P, C.c_char_p, C.POINTER(C.c_uint32), C.POINTER(C.c_uint32)] + _ERR),
     "opforge_registry_unload": (C.c_int32, [_P, C.c_char_p] + _ERR),

@@ -3,14 +3,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import stat
 import sys
+import threading
 import time
 from pathlib import Path
 
+from . import _capi, isolation, manifests, template
 from . import doctor as doctor_mod
-from . import manifests, template
-from .errors import ManifestError, OpforgeError
+from .errors import ManifestError, OpforgeError, printable
 from .registry import Registry, check_manifest
+
+
+class UsageError(Exception):
+    """A bad argument or input file: one line, exit status 2."""
+
+
+def _registry(args, log) -> Registry:
+    """A registry that runs each library in a child process (bounded by --timeout) before loading it."""
+    admit = isolation.admit_in_child(args.timeout, _capi.lib().opforge_loader_api_version())
+    return Registry(log=log, admit=admit)
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -59,7 +73,7 @@ def _print_listing(rows: list[dict], refusals: list[str]) -> None:
 
 
 def cmd_list(args) -> int:
-    with Registry(log=lambda level, line: None) as reg:
+    with _registry(args, lambda level, line: None) as reg:
         reg.load_dir(args.dir)
         rows, refusals = _listing(reg, args.dir)
     if args.json:
@@ -76,14 +90,14 @@ def cmd_doctor(args) -> int:
         print(f"opforge-loader doctor: no libraries under {args.path}", file=sys.stderr)
         return 2
     results = {lib: doctor_mod.diagnose(lib, kind=args.kind, require_archs=archs, cxx11_abi=args.cxx11_abi,
-                                        isolated=args.isolated) for lib in libs}
+                                        isolated=args.isolated, timeout=args.timeout) for lib in libs}
     print(doctor_mod.to_json(results) if args.json else doctor_mod.render(results))
     return 1 if any(f.status == "error" for fs in results.values() for f in fs) else 0
 
 
 def _parse_attr(text: str) -> tuple[str, object]:
     if "=" not in text:
-        raise SystemExit(f"opforge-loader run: --attr: expected name=value, got {text!r}")
+        raise UsageError(f"opforge-loader run: --attr: expected name=value, got {text!r}")
     name, value = text.split("=", 1)
     for conv in (int, float):
         try:
@@ -93,34 +107,99 @@ def _parse_attr(text: str) -> tuple[str, object]:
     return name, value
 
 
-def cmd_run(args) -> int:
+def _load_input(path: str):
+    """The array in the .npy file at path: a regular file (a FIFO must not hang the read), no
+    pickled objects (loading one runs code)."""
     import numpy as np
 
-    inputs = [np.load(p) for p in args.input]
+    def refuse(problem: str) -> UsageError:
+        return UsageError(f"opforge-loader run: --input {printable(path)}: {problem}")
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise refuse(f"cannot open: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise refuse("not a regular file; expected a .npy file")
+        try:
+            value = np.load(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError, MemoryError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise refuse(f"expected a .npy file of a numeric array (pickled data is never loaded), "
+                         f"but it could not be read: {printable(first)}") from None
+    if not isinstance(value, np.ndarray):
+        value.close()
+        raise refuse("is a .npz archive; expected one .npy file per --input")
+    return value
+
+
+def _op_label(reg: Registry, op) -> str:
+    """The op and the plugin file it comes from, for a message about it."""
+    found = next((o for o in reg.ops() if (o.domain, o.name, o.version_major) == (op.domain, op.name, op.version_major)),
+                 None)
+    where = f" (plugin {found.plugin} {found.plugin_version}, {found.library})" if found else ""
+    return f"{op.domain}::{op.name}@{op.version_major}{where}"
+
+
+def _run_within(reg: Registry, op, inputs, attrs, timeout: float):
+    """op.run in a worker thread; a call that outlasts the timeout ends the command (the thread is
+    stuck inside the plugin and cannot be stopped any other way)."""
+    result: dict = {}
+
+    def work():
+        try:
+            result["out"] = op.run(*inputs, **attrs)
+        except Exception as e:  # raised again by the caller's thread
+            result["error"] = e
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        print(f"opforge-loader run: {_op_label(reg, op)} did not return within {timeout:g}s; "
+              f"{isolation.TIMEOUT_FLAG} changes the bound", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
+    if "error" in result:
+        raise result["error"]
+    return result["out"]
+
+
+def _save_outputs(outs, targets: list[str]) -> None:
+    import numpy as np
+
+    for target, arr in zip(targets, outs):
+        try:
+            np.save(target, arr)
+        except OSError as e:
+            raise UsageError(f"opforge-loader run: --out {printable(target)}: cannot write: {e.strerror or e}") from None
+
+
+def cmd_run(args) -> int:
+    inputs = [_load_input(p) for p in args.input]
     attrs = dict(_parse_attr(a) for a in args.attr)
-    with Registry(log=lambda level, line: print(line, file=sys.stderr) if args.verbose else None) as reg:
+    with _registry(args, lambda level, line: print(line, file=sys.stderr) if args.verbose else None) as reg:
         reg.load_dir(args.plugin_dir)
         for line in reg.refusals:
             print(line, file=sys.stderr)
         try:
             with reg.acquire(args.op, args.version) as op:
-                out = op.run(*inputs, **attrs)
+                out = _run_within(reg, op, inputs, attrs, args.timeout)
                 used = f"{op.domain}::{op.name}@{op.version_major} (plugin version {op.plugin_version})"
         except OpforgeError as e:
             print(e, file=sys.stderr)
             return 1
     outs = out if isinstance(out, tuple) else (out,)
     targets = args.out or []
-    for i, arr in enumerate(outs):
-        if i < len(targets):
-            np.save(targets[i], arr)
+    _save_outputs(outs, targets)
     print(f"{used}: " + ", ".join(f"output {i}: {a.dtype} {list(a.shape)}" + (f" -> {targets[i]}" if i < len(targets) else "")
                                    for i, a in enumerate(outs)))
     return 0
 
 
 def cmd_watch(args) -> int:
-    reg = Registry(log=lambda level, line: print(line, flush=True))
+    reg = _registry(args, lambda level, line: print(line, flush=True))
     print(f"opforge-loader watch {Path(args.dir).resolve()} (every {args.interval}s; Ctrl-C stops)", flush=True)
     n = 0
     last_error = None
@@ -166,7 +245,7 @@ def cmd_new_plugin(args) -> int:
 def _parse_op(text: str) -> tuple[str, str, int]:
     parts = text.split(":")
     if len(parts) != 3 or not parts[2].isdigit():
-        raise SystemExit(f"opforge-loader manifest: --op: expected domain:Name:version, got {text!r}")
+        raise UsageError(f"opforge-loader manifest: --op: expected domain:Name:version, got {text!r}")
     return parts[0], parts[1], int(parts[2])
 
 
@@ -193,6 +272,21 @@ def cmd_paths(args) -> int:
     return 0
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _add_timeout(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--timeout", type=_seconds, default=isolation.DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"{what} (default {isolation.DEFAULT_TIMEOUT:g})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="opforge-loader", description="opforge hot-plug operator loader")
     sub = p.add_subparsers(dest="command", required=True)
@@ -200,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("list", help="load a plugin directory and print its ops")
     s.add_argument("dir")
     s.add_argument("--json", action="store_true")
+    _add_timeout(s, "per plugin: its load (constructors, entry, init) runs in a child process first and is "
+                    "refused when it takes longer")
     s.set_defaults(fn=cmd_list)
 
     s = sub.add_parser("doctor", help="diagnose a plugin library (or every library in a directory)")
@@ -209,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kind", choices=sorted(doctor_mod.ENTRY_POINTS), help="default: from the manifest or the exports")
     s.add_argument("--require-arch", help="CUDA archs that must be embedded as SASS, e.g. '8.0;9.0'")
     s.add_argument("--cxx11-abi", type=int, choices=(0, 1), help="expected _GLIBCXX_USE_CXX11_ABI")
+    _add_timeout(s, "per library: how long the --isolated child may take")
     s.set_defaults(fn=cmd_doctor)
 
     s = sub.add_parser("run", help="run one op on .npy inputs")
@@ -219,12 +316,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", action="append", help=".npy file per output")
     s.add_argument("--version", type=int, default=0, help="op major version (default: newest)")
     s.add_argument("-v", "--verbose", action="store_true", help="print the loader's state log")
+    _add_timeout(s, "per plugin load (run in a child process first) and for the op's call")
     s.set_defaults(fn=cmd_run)
 
     s = sub.add_parser("watch", help="keep a directory loaded: pick up new, replaced and removed plugins")
     s.add_argument("dir")
     s.add_argument("--interval", type=float, default=1.0)
     s.add_argument("--iterations", type=int, help="stop after N scans (default: run until Ctrl-C)")
+    _add_timeout(s, "per new or changed plugin: its load runs in a child process first")
     s.set_defaults(fn=cmd_watch)
 
     s = sub.add_parser("new-plugin", help="write a standalone plugin project using the installed SDK")
@@ -255,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
     except OpforgeError as e:  # a refusal is one line naming the file and the problem, not a traceback
         print(e, file=sys.stderr)
         return 1

@@ -8,16 +8,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import struct
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from . import manifests
+from . import _capi, isolation, manifests
 from .errors import OpforgeError
 
 ENTRY_POINTS = {
@@ -330,30 +328,67 @@ def _check_manifest(path: str, kind: str | None) -> Finding:
 
 
 def _check_isolated(path: str, kind: str | None, timeout: float) -> Finding:
-    cmd = [sys.executable, "-m", "opforge_loader._probe", path, kind or ""]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return Finding("isolated", "error", f"probe did not finish within {timeout:.0f}s (hang in a static constructor or init?)",
-                       "a blocking static initializer or init hook", "make init cheap; defer work to create()")
-    phase = (proc.stdout.strip().splitlines() or ["start"])[-1]
-    if proc.returncode < 0:
-        sig = signal.Signals(-proc.returncode).name
-        return Finding("isolated", "error", f"child process crashed with {sig} after phase '{phase}'",
+    max_api = _capi.lib().opforge_loader_api_version() if kind == "opforge" else None
+    probe = isolation.run_isolated(path, kind, timeout, max_api)
+    if probe.outcome == "timeout":
+        return Finding("isolated", "error", f"{path} {isolation.hang_text(probe, timeout)}",
+                       "a blocking static initializer, entry or init hook", "make init cheap; defer work to create()")
+    if probe.outcome == "crashed":
+        return Finding("isolated", "error", isolation.crash_text(probe),
                        "the library crashes while loading or initializing: it would take the host down",
                        "run it under gdb/ASan; check static constructors and the init hook")
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or [""])[-1]
-        return Finding("isolated", "error", f"probe failed after phase '{phase}': {detail}", "load or init failed", "see the message")
-    return Finding("isolated", "ok", f"loaded in a child process: {phase}")
+    if probe.outcome == "failed":
+        return Finding("isolated", "error", f"probe failed after phase '{probe.phase}': {probe.detail}",
+                       "load or init failed", "see the message")
+    return Finding("isolated", "ok", f"loaded in a child process: {probe.phase}")
+
+
+# e_machine values (<elf.h>) of the machines a plugin is commonly built for.
+_MACHINES = {3: "x86 (i386)", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64", 22: "s390", 40: "ARM", 43: "SPARC V9",
+             62: "x86-64", 183: "AArch64", 243: "RISC-V", 258: "LoongArch"}
+_CLASSES = {1: "32-bit", 2: "64-bit"}
+
+
+def _elf_target(header: bytes) -> tuple[str, str]:
+    """(class, machine) named from an ELF header's first 20 bytes."""
+    byteorder = "big" if header[5] == 2 else "little"
+    machine = int.from_bytes(header[18:20], byteorder)
+    return (_CLASSES.get(header[4], f"EI_CLASS {header[4]}"),
+            _MACHINES.get(machine, f"e_machine {machine}"))
+
+
+@lru_cache(maxsize=None)
+def _host_target() -> tuple[str, str]:
+    with open("/proc/self/exe", "rb") as f:  # the process that would dlopen the library
+        return _elf_target(f.read(20))
+
+
+def _check_machine(path: str) -> Finding:
+    with open(path, "rb") as f:
+        header = f.read(20)
+    if len(header) < 20:
+        return Finding("machine", "error", f"{path} is too short for an ELF header", "truncated file", "rebuild it")
+    (want_class, want_machine), (got_class, got_machine) = _host_target(), _elf_target(header)
+    fix = f"rebuild it as a {want_class} {want_machine} library"
+    if got_class != want_class:
+        return Finding("machine", "error", f"wrong ELF class: expected {want_class} {want_machine}, found {got_class} {got_machine}",
+                       "built for another word size (-m32 / -m64) or another platform: dlopen cannot map it", fix)
+    if got_machine != want_machine:
+        return Finding("machine", "error", f"built for another machine: expected {want_machine}, found {got_machine}",
+                       "cross-compiled, or taken from another platform's package: dlopen skips it as 'No such file'", fix)
+    return Finding("machine", "ok", f"{got_class} {got_machine}, as this host")
 
 
 def diagnose(path: str, *, kind: str | None = None, require_archs: set[int] | None = None,
-             cxx11_abi: int | None = None, isolated: bool = False, timeout: float = 60) -> list[Finding]:
+             cxx11_abi: int | None = None, isolated: bool = False,
+             timeout: float = isolation.DEFAULT_TIMEOUT) -> list[Finding]:
     path = str(Path(path).resolve())
     findings = _check_file(path)
     if any(f.status == "error" and f.check == "file" for f in findings):
         return findings
+    findings.append(_check_machine(path))
+    if findings[-1].status == "error":
+        return findings  # readelf, ldd and the probe would only add noise about a foreign object
     if kind is None and os.path.lexists(path + manifests.SUFFIX):
         try:
             kind = manifests.load(path + manifests.SUFFIX).kind

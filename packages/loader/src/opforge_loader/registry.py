@@ -195,10 +195,15 @@ class Op:
 
 
 class Registry:
-    """A plugin registry. `Registry(dir)` loads every kind=opforge plugin found under dir."""
+    """A plugin registry. `Registry(dir)` loads every kind=opforge plugin found under dir.
+
+    admit(library_path) is asked before any code of a library runs: None lets the load go on, a
+    string refuses the library with that reason (isolation.admit_in_child runs it in a child
+    process first)."""
 
     def __init__(self, directory: str | os.PathLike | None = None, *,
-                 log: Callable[[int, str], None] | None = None):
+                 log: Callable[[int, str], None] | None = None,
+                 admit: Callable[[str], str | None] | None = None):
         self._lib = _capi.lib()
         self._ptr = self._lib.opforge_registry_create()
         if not self._ptr:
@@ -208,6 +213,10 @@ class Registry:
         self._lock = threading.Lock()
         self._log_cb = _capi.LogFn(self._on_log)  # kept alive as long as the registry
         self._lib.opforge_registry_set_log(self._ptr, self._log_cb, None)
+        self._admit = admit
+        self._admit_cb = _capi.AdmitFn(self._on_admit)
+        if admit is not None:
+            self._lib.opforge_registry_set_admit(self._ptr, self._admit_cb, None)
         if directory is not None:
             self.load_dir(directory)
 
@@ -220,6 +229,18 @@ class Registry:
             self._user_log(level, text)
         else:
             _logger.log(level, text)
+
+    def _on_admit(self, _user, library: bytes, err: int, size: int) -> int:
+        try:
+            reason = self._admit(os.fsdecode(library))
+        except Exception as e:  # an exception must not cross back into C
+            reason = f"the admit callback raised {type(e).__name__}: {e}"
+        if reason is None:
+            return _capi.OK
+        if size > 0:
+            text = (reason or "refused by the admit callback").encode(errors="replace")[:size - 1]
+            C.memmove(err, text + b"\0", len(text) + 1)
+        return _capi.REFUSED
 
     def _call(self, fn, *args) -> None:
         err = _capi.err_buffer()

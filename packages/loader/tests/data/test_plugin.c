@@ -3,7 +3,10 @@
  * Built by the tests with -D flags to produce good plugins, new versions and broken ones.
  * -DTRACE: appends "<event> <version> <offset> <mapping>" to the file $OPFORGE_TEST_TRACE for
  * ctor, init, unload and dtor (mapping: the address of this copy's statics), refuses a second
- * init on one mapping and fails compute outside init..unload, as a stateful plugin would. */
+ * init on one mapping and fails compute outside init..unload, as a stateful plugin would.
+ * -DHANG_IN_INIT / -DHANG_IN_COMPUTE: never returns from init / compute.
+ * -DREENTER_IN_INIT / -DREENTER_IN_UNLOAD: the hook calls back into the registry loading it (see
+ * reenter()); with -DREENTER_FAILS_INIT, init returns what that call returned. */
 #define _POSIX_C_SOURCE 200809L
 #include <opforge/plugin.h>
 
@@ -54,6 +57,49 @@ __attribute__((destructor)) static void on_unmap(void) { trace("dtor"); }
 /* Deliberately global and equally named in every build (seed 000 section 5.2). */
 float helper_impl(void) { return OFFSET; }
 
+#if defined(HANG_IN_INIT) || defined(HANG_IN_COMPUTE)
+#include <unistd.h>
+static void hang(void) {
+  for (;;) sleep(1000);
+}
+#endif
+
+#if defined(REENTER_IN_INIT) || defined(REENTER_IN_UNLOAD)
+#include <dlfcn.h>
+#include <string.h>
+
+typedef int32_t (*RegistryCall)(void* reg, const char* arg, char* err, size_t len);
+
+/* $OPFORGE_TEST_REENTER is "<host function> <argument>" (opforge_registry_load PATH, ..._unload
+ * NAME), called on the registry whose address is $OPFORGE_TEST_REGISTRY; appends
+ * "<function> <status> <message>" to $OPFORGE_TEST_TRACE and returns the status. */
+static int32_t reenter(char* err, size_t len) {
+  const char* registry = getenv("OPFORGE_TEST_REGISTRY");
+  const char* request = getenv("OPFORGE_TEST_REENTER");
+  const char* trace_path = getenv("OPFORGE_TEST_TRACE");
+  const char* space = request ? strchr(request, ' ') : NULL;
+  void* host = dlopen("libopforge_loader.so.1", RTLD_NOW | RTLD_NOLOAD);
+  char function[64] = {0};
+  if (!registry || !space || !trace_path || !host || (size_t)(space - request) >= sizeof function) {
+    snprintf(err, len, "reenter: OPFORGE_TEST_REGISTRY, _REENTER, _TRACE or the loaded host missing");
+    return OPFORGE_ERR_INTERNAL;
+  }
+  memcpy(function, request, (size_t)(space - request));
+  RegistryCall call;
+  *(void**)&call = dlsym(host, function);
+  int32_t status = OPFORGE_ERR_NOT_FOUND;
+  err[0] = '\0';
+  if (call) status = call((void*)(uintptr_t)strtoull(registry, NULL, 16), space + 1, err, len);
+  dlclose(host);
+  FILE* trace_file = fopen(trace_path, "a");
+  if (trace_file) {
+    fprintf(trace_file, "%s %d %s\n", function, (int)status, err);
+    fclose(trace_file);
+  }
+  return status;
+}
+#endif
+
 #ifdef DEPENDENCY_OFFSET
 /* The offset comes from a library the plugin is linked against (the tests put it next to the
  * plugin and let RUNPATH $ORIGIN find it). */
@@ -93,6 +139,9 @@ static int32_t shapes(void* inst, const OpforgeTensor* in, uint32_t ni, OpforgeT
 static int32_t compute(void* inst, const OpforgeTensor* in, uint32_t ni, OpforgeTensor* out, uint32_t no,
                        char* err, size_t len) {
   (void)inst; (void)ni; (void)no;
+#ifdef HANG_IN_COMPUTE
+  hang();
+#endif
 #ifdef TRACE
   if (!g_serving) {
     snprintf(err, len, "test." OP_NAME ": called while the plugin is not initialized");
@@ -124,6 +173,16 @@ static int32_t init(const OpforgeHostInfo* host, char* err, size_t len) {
   volatile int* p = NULL;
   *p = 1;
 #endif
+#ifdef HANG_IN_INIT
+  hang();
+#endif
+#ifdef REENTER_IN_INIT
+  int32_t reentered = reenter(err, len);
+#ifdef REENTER_FAILS_INIT
+  return reentered;
+#endif
+  (void)reentered;
+#endif
 #ifdef INIT_FAIL
   snprintf(err, len, "device not ready (test)");
   return OPFORGE_ERR_INTERNAL;
@@ -134,6 +193,10 @@ static int32_t init(const OpforgeHostInfo* host, char* err, size_t len) {
 }
 
 static void unload_hook(void) {
+#ifdef REENTER_IN_UNLOAD
+  char err[1024];
+  reenter(err, sizeof err);
+#endif
 #ifdef TRACE
   trace("unload");
   g_serving = 0;
