@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -177,7 +178,7 @@ def test_index_is_pep503_with_hashes(built, tmp_path):
     assert '<a href="demo-pkg/">demo-pkg</a>' in (simple / "index.html").read_text()
     page = (simple / "demo-pkg" / "index.html").read_text()
     for wheel in built:
-        assert (f'href="{wheel.name}#sha256={index.sha256(wheel)}" '
+        assert (f'href="{quote(wheel.name)}#sha256={index.sha256(wheel)}" '
                 'data-requires-python="&gt;=3.9"') in page, page
         assert (simple / "demo-pkg" / wheel.name).read_bytes() == wheel.read_bytes()
 
