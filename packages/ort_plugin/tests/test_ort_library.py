@@ -10,11 +10,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 import pytest
 
 import opforge_ort
-from ort_models import MIN_ORT, ORT_VERSION
+import opforge_spec as spec
+from ort_models import MIN_ORT, ORT_VERSION, make_model, opforge_node, session, value_info
 
 LIB = opforge_ort.library_path()
 
@@ -71,8 +73,41 @@ def test_manifest_matches_the_installed_file():
     assert manifest["api_version"] == opforge_ort.build_info()["ort_min_api"] == 17
     assert manifest["sdk"] == {"min": "1.17", "max": None}
     assert manifest["version"] == opforge_ort.__version__
-    assert manifest["ops"] == [{"domain": "opforge", "name": "Swish", "version": 1},
-                               {"domain": "opforge", "name": "RMSNorm", "version": 1}]
+    assert manifest["ops"] == [{"domain": spec.DOMAIN, "name": name, "version": spec.DOMAIN_VERSION}
+                               for name in spec.OPS]
+
+
+NOT_AN_OP = "NotAnOpforgeOp"
+
+
+def _one_node_run(name: str) -> bool:
+    """Whether a session on one `opforge::<name>` node (the spec's first float32 case; a unary
+    float32 node for a name outside the spec) is created and runs; refusals must name the op."""
+    op = spec.OPS.get(name)
+    arrays = [np.asarray(a, np.float32) for a in op.cases("float32")[0].inputs] if op else [np.ones((2, 4), np.float32)]
+    input_names = list(op.inputs) if op else ["X"]
+    outputs = list(op.outputs) if op else ["Y"]
+    model = make_model([opforge_node(name, input_names, outputs, name="node")],
+                       [value_info(n, "float32", a.ndim) for n, a in zip(input_names, arrays)],
+                       [value_info(n, "float32", None) for n in outputs])
+    try:
+        got = session(model).run(None, dict(zip(input_names, arrays)))
+    except Exception as refused:  # noqa: BLE001  onnxruntime raises its own exception types
+        assert name in str(refused), str(refused)
+        return False
+    if op:
+        op.check_close(got[0], op.reference(*arrays), "float32", label="one-node session")
+    return True
+
+
+@pytest.mark.parametrize("name", [*spec.OPS, NOT_AN_OP])
+def test_the_manifest_lists_exactly_what_register_custom_ops_registers(name):
+    """The loader reads the manifest before dlopen: an op is listed (domain opforge, its domain
+    version) if and only if a session with the library takes it."""
+    listed = {(o["domain"], o["name"], o["version"]) for o in opforge_ort.manifest()["ops"]}
+    registered = _one_node_run(name)
+    assert ((spec.DOMAIN, name, spec.DOMAIN_VERSION) in listed) == registered, (name, registered, listed)
+    assert registered == (name in spec.OPS)
 
 
 # ---- runtimes older than the minimum API -----------------------------------------------------

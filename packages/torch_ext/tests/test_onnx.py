@@ -1,10 +1,13 @@
 """ONNX export: one opforge node per call (both exporters), or standard ops when decomposed."""
 
+import warnings
+
 import numpy as np
 import onnx
 import pytest
 import torch
 
+import opforge_spec as spec
 import opforge_torch
 import opforge_torch.onnx as opforge_onnx
 
@@ -93,3 +96,70 @@ def test_dynamo_refuses_old_opsets(tmp_path):
     with pytest.raises(ValueError, match="dynamo=False"):
         opforge_onnx.export(TwiceEach(), (torch.randn(2, 8),), str(tmp_path / "m.onnx"),
                             dynamo=True, opset_version=17)
+
+
+# ---- output types and shapes: the spec's shape rule, through both exporters -------------------
+
+SHAPE_EXPORTS = [(False, 13), (False, 17), (True, 18)]
+DOWNSTREAM = 7  # a Linear after the op: its output's last dim
+
+
+class ThenLinear(torch.nn.Module):
+    """One op of the spec, then a Linear on its output: (Y, Linear(Y))."""
+
+    def __init__(self, op, y_last):
+        super().__init__()
+        self.op = getattr(torch.ops.opforge, op.torch_name)
+        self.linear = torch.nn.Linear(y_last, DOWNSTREAM)
+
+    def forward(self, *inputs):
+        y = self.op(*inputs)
+        return y, self.linear(y)
+
+
+def _spec_inputs(op, x_shape):
+    """The op's inputs for X of `x_shape`: W is a per-column weight, any other input has X's shape."""
+    return tuple(torch.rand(x_shape[-1]) + 0.5 if name == "W" else torch.randn(x_shape) for name in op.inputs)
+
+
+def _dynamic_leading_axes(names, dynamo):
+    """Batch and sequence axes of every input but the weight W, dynamic: the exporter's keyword."""
+    if not dynamo:
+        return {"dynamic_axes": {n: {0: "batch", 1: "seq"} for n in names if n != "W"}}
+    axes = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+    return {"dynamic_shapes": (tuple(None if n == "W" else axes for n in names),)}  # forward(*inputs)
+
+
+def _dims(value):
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("dynamo,opset", SHAPE_EXPORTS,
+                         ids=[f"{'dynamo' if d else 'torchscript'}-opset{o}" for d, o in SHAPE_EXPORTS])
+@pytest.mark.parametrize("op", list(spec.OPS.values()), ids=lambda op: op.name)
+def test_outputs_carry_the_spec_shape_rule_downstream(tmp_path, capfd, op, dynamo, opset, dynamic):
+    """Y's dims are the spec's output shape (X's dim symbols on dynamic axes), and so are the dims
+    after it; the exporter says nothing about missing shape inference."""
+    x_shape = (2, 3, 4 * op.split)
+    y_last = op.output_shape(x_shape)[-1]
+    names = list(op.inputs)
+    path = str(tmp_path / "model.onnx")
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opforge_onnx.export(ThenLinear(op, y_last), _spec_inputs(op, x_shape), path, dynamo=dynamo,
+                            opset_version=opset, input_names=names, output_names=["Y", "Z"],
+                            **(_dynamic_leading_axes(names, dynamo) if dynamic else {}))
+    said = capfd.readouterr().err + "\n".join(str(w.message) for w in caught)
+    proto = onnx.load(path)
+    assert [n.op_type for n in proto.graph.node if n.domain == "opforge"] == [op.name]
+    assert not {"Slice", "Shape"} & {n.op_type for n in proto.graph.node}, proto.graph.node
+    x_dims = _dims(proto.graph.input[0])
+    leading = x_dims[:2] if dynamic else list(x_shape[:2])
+    assert all(isinstance(d, str) for d in leading) == dynamic, x_dims
+    y, z = proto.graph.output
+    assert _dims(y) == [*leading, y_last], (y.name, _dims(y), x_dims)
+    assert _dims(z) == [*leading, DOWNSTREAM], (z.name, _dims(z), x_dims)
+    assert y.type.tensor_type.elem_type == proto.graph.input[0].type.tensor_type.elem_type
+    assert "shape inference of" not in said, said

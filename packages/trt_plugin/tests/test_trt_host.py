@@ -51,6 +51,19 @@ def test_the_host_detects_a_wrong_library(host, tmp_path):
     assert run.returncode == 1 and "FAIL creator RMSNorm registered" in run.stdout, run.stdout
 
 
+def test_the_manifest_lists_the_creators_getcreators_returns(host):
+    """The loader reads the manifest before dlopen: its ops are the library's V3 creators (plugin
+    namespace = domain, plugin version = op version), one per op of the spec."""
+    run = _run(host, "list")
+    assert run.returncode == 0, run.stdout + run.stderr
+    creators = [line.split()[1:] for line in run.stdout.splitlines() if line.startswith("creator ")]
+    assert creators and all(c[0] == "V3ONE" for c in creators), creators
+    registered = sorted((namespace, name, int(version)) for _, namespace, name, version in creators)
+    listed = sorted((op["domain"], op["name"], op["version"]) for op in opforge_trt.manifest()["ops"])
+    assert listed == registered, f"manifest {listed}, getCreators {registered}"
+    assert sorted(name for _, name, _ in registered) == sorted(opforge_trt.OPS)
+
+
 needs_spec = pytest.mark.skipif(opforge_spec is None, reason="pip install ./kernels (opforge_spec)")
 
 

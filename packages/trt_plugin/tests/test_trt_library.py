@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import opforge_spec
 import opforge_trt
 import pytest
 from conftest import cuda_home, trt_headers
@@ -64,8 +65,8 @@ def test_manifest_matches_the_installed_file():
     assert manifest["kind"] == "tensorrt" and manifest["manifest_version"] == 1
     assert manifest["api_version"] == 10 and manifest["sdk"] == {"min": "10.0", "max": None}
     assert manifest["version"] == opforge_trt.__version__
-    assert manifest["ops"] == [{"domain": "opforge", "name": "Swish", "version": 1},
-                               {"domain": "opforge", "name": "RMSNorm", "version": 1}]
+    assert manifest["ops"] == [{"domain": opforge_spec.DOMAIN, "name": name, "version": opforge_spec.DOMAIN_VERSION}
+                               for name in opforge_spec.OPS]
 
 
 def test_build_info_names_the_pinned_headers():

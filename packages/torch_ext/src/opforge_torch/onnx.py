@@ -101,6 +101,34 @@ def _signature(spec: opforge_spec.OpSpec, leading: tuple = ()) -> inspect.Signat
 _TS_DECOMPOSED = {"swish": _ts_swish, "rms_norm": _ts_rms_norm, "swiglu": _ts_swiglu}
 
 
+def _ts_output_type(g, spec: opforge_spec.OpSpec, x):
+    """Y's type by the spec's shape rule, X's dtype, and X's dim symbols (dynamic axes) where Y
+    keeps X's dims. A TensorType with symbolic dims cannot be built from Python, so for an op that
+    splits the last axis the type is taken from a standard Slice of X to Y's extent, typed by the
+    exporter's ONNX shape inference; that Slice has no use, and the exporter's dead-code pass
+    drops it before the model is written."""
+    if spec.split == 1:
+        return x.type()
+    last = (x.type().varyingSizes() or [None])[-1]
+    if last is None:
+        end = g.op("Div", g.op("Gather", g.op("Shape", x), _ts_ints(g, [-1]), axis_i=0),
+                   _ts_ints(g, [spec.split]))
+    else:
+        end = _ts_ints(g, [spec.output_shape((last,))[-1]])
+    return g.op("Slice", x, _ts_ints(g, [0]), end, _ts_ints(g, [-1])).type()
+
+
+def _ts_opforge_node(g, spec: opforge_spec.OpSpec, tensors, attr):
+    """The one opforge node of a call, every output typed (TorchScript's ONNX shape inference knows
+    no opforge schema: untyped outputs would leave every shape downstream unknown)."""
+    outputs = g.op(f"{DOMAIN}::{spec.name}", *tensors, outputs=len(spec.outputs),
+                   **{f"{spec.attr.name}_f": attr})
+    output_type = _ts_output_type(g, spec, tensors[0])
+    for value in outputs if isinstance(outputs, tuple) else (outputs,):
+        value.setType(output_type)
+    return outputs
+
+
 def _ts_symbolic(spec: opforge_spec.OpSpec):
     """One opforge node (or the decomposed graph) for a call: tensor inputs, then the attribute."""
     def symbolic(g, *args):
@@ -108,8 +136,7 @@ def _ts_symbolic(spec: opforge_spec.OpSpec):
         _check_attribute(spec.name, spec.attr.name, attr)
         if _state["decomposed"]:
             return _TS_DECOMPOSED[spec.torch_name](g, *tensors, attr)
-        node = g.op(f"{DOMAIN}::{spec.name}", *tensors, **{f"{spec.attr.name}_f": attr})
-        return node.setType(tensors[0].type()) if spec.split == 1 else node  # Y keeps X's type
+        return _ts_opforge_node(g, spec, tensors, attr)
 
     # parse_args names each argument from the signature (g, then the schema's arguments)
     symbolic.__signature__ = _signature(spec, leading=("g",))
