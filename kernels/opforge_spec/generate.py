@@ -8,11 +8,14 @@ when one is stale.
   ``attrs.h``; ``shapes.h`` applies the shape rule;
 - ``packages/torch_ext/csrc/schema_generated.h``: the torch schema strings (op, backward, ``.out``);
 - ``_spec_generated.py`` in opforge_ort and opforge_trt (which do not depend on opforge_spec):
-  domain, version, op names and their attribute (= TensorRT field) with its default.
+  domain, version, op names and their attribute (= TensorRT field) with its default;
+- ``cmake/manifest_ops.json`` in ort_plugin and trt_plugin: the ``ops`` of their plugin manifests
+  (every op of the spec, each with the domain version).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -76,7 +79,7 @@ def torch_schemas() -> list:
         tensors = ", ".join(f"Tensor {TORCH_ARGS[i]}" for i in op.inputs)
         attr_arg = f"float {attr.name}={attr.default!r}"
         schemas.append(f"{op.torch_name}({tensors}, {attr_arg}) -> Tensor")
-        schemas.append(f"{op.torch_name}.out({tensors}, {attr_arg}, *, Tensor(a!) out) -> Tensor(a!)")
+        schemas.append(f"{op.torch_name}.out({tensors}, {attr_arg}, *, Tensor(a!) out) -> ()")
         grads = "(Tensor, Tensor)" if len(op.inputs) == 2 else "Tensor"
         schemas.append(f"{op.torch_name}_backward(Tensor grad, {tensors}, float {attr.name}) -> {grads}")
     return schemas
@@ -98,11 +101,19 @@ def python_module() -> str:
             f"ATTRIBUTES = {attributes!r}\n")
 
 
+def manifest_ops() -> str:
+    """The `ops` list of a plugin manifest that registers every op (packages/loader/manifest.schema.json)."""
+    ops = [{"domain": DOMAIN, "name": op.name, "version": DOMAIN_VERSION} for op in OPS.values()]
+    return json.dumps(ops) + "\n"
+
+
 def outputs(root: Path) -> dict:
     return {root / "kernels/include/opforge/kernels/ops_generated.h": kernels_header(),
             root / "packages/torch_ext/csrc/schema_generated.h": torch_header(),
             root / "packages/ort_plugin/src/opforge_ort/_spec_generated.py": python_module(),
-            root / "packages/trt_plugin/src/opforge_trt/_spec_generated.py": python_module()}
+            root / "packages/trt_plugin/src/opforge_trt/_spec_generated.py": python_module(),
+            root / "packages/ort_plugin/cmake/manifest_ops.json": manifest_ops(),
+            root / "packages/trt_plugin/cmake/manifest_ops.json": manifest_ops()}
 
 
 def repository_root() -> Path:

@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 
@@ -112,6 +113,40 @@ void check_attr(const opforge::kernels::AttrSpec& attr, double value) {
   if (!error.empty()) throw std::runtime_error(error);
 }
 
+// The bytes [first, last) that a tensor's elements span (torch strides are never negative).
+struct Span {
+  uintptr_t first = 0, last = 0;
+};
+
+Span span_of(const Tensor& t) {
+  if (t.numel() == 0) return {};
+  int64_t elements = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) elements += (t.size(d) - 1) * t.stride(d);
+  const auto first = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  return {first, first + static_cast<uintptr_t>(elements) * t.element_size()};
+}
+
+bool same_layout(const Tensor& a, const Tensor& b) {
+  if (a.const_data_ptr() != b.const_data_ptr() || a.dim() != b.dim()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) != b.size(d) || a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
+// The kernels read a contiguous input in place and write a contiguous `out` in place (a
+// non-contiguous input is copied first, a non-contiguous `out` written through a temporary), so
+// only a contiguous pair shares memory while the kernel runs: refused unless `out` is the input
+// itself, as aten refuses partial overlap.
+void check_no_partial_overlap(const char* op, const Tensor& out, const char* name,
+                              const Tensor& input) {
+  if (!out.is_contiguous() || !input.is_contiguous() || same_layout(out, input)) return;
+  const Span a = span_of(out), b = span_of(input);
+  if (a.first < b.last && b.first < a.last)
+    fail(op, "out", std::string("a tensor that shares no memory with ") + name + " or is " + name +
+                        " itself",
+         std::string("one that partially overlaps ") + name);
+}
+
 }  // namespace
 
 void fail(const char* op, const std::string& what, const std::string& expected,
@@ -136,10 +171,12 @@ void check_op_backward(Backend backend, const OpDesc& op, const Tensor& dy, cons
   check_shape(op.name, "dY", dy, output_shape(op, x), op.split > 1 ? "Y" : "X");
 }
 
-void check_out(const OpDesc& op, const Tensor& out, const Tensor& x) {
+void check_out(const OpDesc& op, const Tensor& out, const Tensor& x, const Tensor* w) {
   check_same_device(op.name, "out", out, "X", x);
   check_same_dtype(op.name, "out", out, "X", x);
   check_shape(op.name, "out", out, output_shape(op, x), "Y");
+  check_no_partial_overlap(op.name, out, "X", x);
+  if (w != nullptr) check_no_partial_overlap(op.name, out, "W", *w);
 }
 
 std::vector<int64_t> shape_of(const Tensor& t) {

@@ -34,45 +34,46 @@ using opforge::kernels::OpDesc;
 void check_op(Backend backend, const OpDesc& op, const Tensor& x, const Tensor* w, double attr);
 void check_op_backward(Backend backend, const OpDesc& op, const Tensor& dy, const Tensor& x,
                        const Tensor* w, double attr);
-// `out` of an .out overload: X's device and dtype, the output's shape.
-void check_out(const OpDesc& op, const Tensor& out, const Tensor& x);
+// `out` of an .out overload: X's device and dtype, the output's shape, and no memory shared with
+// X or W unless `out` is that input itself (each element is read before it is written over).
+void check_out(const OpDesc& op, const Tensor& out, const Tensor& x, const Tensor* w);
 
 std::vector<int64_t> shape_of(const Tensor& t);
 std::vector<int64_t> output_shape(const OpDesc& op, const Tensor& x);
 opforge::kernels::RowView row_view(const OpDesc& op, const Tensor& x);
 
-// Runs `compute(y)` on a contiguous y and returns `out` holding the result: y is `out` itself
-// when it is contiguous, else a temporary copied into it.
+// Runs `compute(y)` on a contiguous y so that `out` holds the result: y is `out` itself when it
+// is contiguous, else a temporary copied into it.
 template <class Compute>
-Tensor write_into(Tensor out, const Tensor& like, const std::vector<int64_t>& shape,
-                  Compute&& compute) {
+void write_into(Tensor out, const Tensor& like, const std::vector<int64_t>& shape,
+                Compute&& compute) {
   if (out.is_contiguous()) {
     compute(out);
-    return out;
+    return;
   }
   Tensor y = torch::stable::new_empty(like, shape);
   compute(y);
   torch::stable::copy_(out, y);
-  return out;
 }
 
 // ---- registration: one line per op and backend ----------------------------------------------
 // `Impl` is a backend's glue (static templates forward<Op>, forward_out<Op>, backward<Op> taking
 // W as a pointer, nullptr for single-input ops); `Op` an op's kernel binding (kernels/ cpu_ops.h,
-// cuda_ops.cuh). These adapt them to the schemas' signatures (schema_generated.h).
+// cuda_ops.cuh). These adapt them to the schemas' signatures (schema_generated.h): an .out
+// overload writes `out` and returns nothing.
 template <class Impl, class Op>
 Tensor unary(const Tensor& x, double attr) { return Impl::template forward<Op>(x, nullptr, attr); }
 template <class Impl, class Op>
-Tensor unary_out(const Tensor& x, double attr, Tensor out) {
-  return Impl::template forward_out<Op>(x, nullptr, attr, out);
+void unary_out(const Tensor& x, double attr, Tensor out) {
+  Impl::template forward_out<Op>(x, nullptr, attr, out);
 }
 template <class Impl, class Op>
 Tensor weighted(const Tensor& x, const Tensor& w, double attr) {
   return Impl::template forward<Op>(x, &w, attr);
 }
 template <class Impl, class Op>
-Tensor weighted_out(const Tensor& x, const Tensor& w, double attr, Tensor out) {
-  return Impl::template forward_out<Op>(x, &w, attr, out);
+void weighted_out(const Tensor& x, const Tensor& w, double attr, Tensor out) {
+  Impl::template forward_out<Op>(x, &w, attr, out);
 }
 template <class Impl, class Op>
 Tensor unary_backward(const Tensor& dy, const Tensor& x, double attr) {

@@ -63,12 +63,12 @@ struct Cpu {
   }
 
   template <class Op>
-  static Tensor forward_out(const Tensor& x_in, const Tensor* w_in, double attr, Tensor out) {
+  static void forward_out(const Tensor& x_in, const Tensor* w_in, double attr, Tensor out) {
     check_op(Backend::CPU, Op::desc, x_in, w_in, attr);
-    check_out(Op::desc, out, x_in);
+    check_out(Op::desc, out, x_in, w_in);
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
-    return write_into(out, x, output_shape(Op::desc, x), [&](Tensor& y) {
+    write_into(out, x, output_shape(Op::desc, x), [&](Tensor& y) {
       forward_into<Op>(x, w_in ? &w : nullptr, attr, y, /*reused_y=*/y.const_data_ptr() == out.const_data_ptr());
     });
   }

@@ -6,13 +6,13 @@ namespace opforge_torch {
 
 inline constexpr const char* kSchemas[] = {
     "swish(Tensor x, float beta=1.0) -> Tensor",
-    "swish.out(Tensor x, float beta=1.0, *, Tensor(a!) out) -> Tensor(a!)",
+    "swish.out(Tensor x, float beta=1.0, *, Tensor(a!) out) -> ()",
     "swish_backward(Tensor grad, Tensor x, float beta) -> Tensor",
     "rms_norm(Tensor x, Tensor weight, float epsilon=1e-06) -> Tensor",
-    "rms_norm.out(Tensor x, Tensor weight, float epsilon=1e-06, *, Tensor(a!) out) -> Tensor(a!)",
+    "rms_norm.out(Tensor x, Tensor weight, float epsilon=1e-06, *, Tensor(a!) out) -> ()",
     "rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float epsilon) -> (Tensor, Tensor)",
     "swiglu(Tensor x, float beta=1.0) -> Tensor",
-    "swiglu.out(Tensor x, float beta=1.0, *, Tensor(a!) out) -> Tensor(a!)",
+    "swiglu.out(Tensor x, float beta=1.0, *, Tensor(a!) out) -> ()",
     "swiglu_backward(Tensor grad, Tensor x, float beta) -> Tensor",
 };
 

@@ -14,27 +14,47 @@ def _rms_inputs(device="cpu", dtype=torch.float32, shape=(3, 5, 16)):
     return x, w
 
 
+def _opcheck_samples(device):
+    """(op overload, args, kwargs) covering every overload of every op (test_swiglu.py adds more)."""
+    x, w = _rms_inputs(device)
+    gated = torch.randn(3, 5, 2 * 8, device=device, requires_grad=True)
+    plain, weight, gated_plain = x.detach(), w.detach(), gated.detach()
+    gated_grad = torch.randn(3, 5, 8, device=device)
+    return [
+        (torch.ops.opforge.swish.default, (x, 1.5), {}),
+        (torch.ops.opforge.swish.default, (plain[..., ::2], -0.5), {}),
+        (torch.ops.opforge.rms_norm.default, (x, w, 1e-5), {}),
+        (torch.ops.opforge.rms_norm.default, (plain.transpose(0, 1), weight, 0.0), {}),
+        (torch.ops.opforge.swiglu.default, (gated, 1.5), {}),
+        (torch.ops.opforge.swish.out, (plain, 1.5), {"out": torch.empty_like(plain)}),
+        (torch.ops.opforge.rms_norm.out, (plain, weight, 1e-5), {"out": torch.empty_like(plain)}),
+        (torch.ops.opforge.swiglu.out, (gated_plain, 1.5),
+         {"out": torch.empty_like(gated_plain)[..., ::2]}),  # non-contiguous: via a temporary
+        (torch.ops.opforge.swish_backward.default, (torch.randn_like(x), plain, 1.5), {}),
+        (torch.ops.opforge.rms_norm_backward.default, (torch.randn_like(x), plain, weight, 1e-5), {}),
+        (torch.ops.opforge.swiglu_backward.default, (gated_grad, gated_plain, 1.5), {}),
+        # the backward ops are differentiable too (double backward): opcheck checks their autograd
+        (torch.ops.opforge.swish_backward.default, (torch.randn_like(x).requires_grad_(), x, 1.5), {}),
+        (torch.ops.opforge.rms_norm_backward.default, (torch.randn_like(x).requires_grad_(), x, w, 1e-5), {}),
+        (torch.ops.opforge.swiglu_backward.default, (gated_grad.clone().requires_grad_(), gated, 1.5), {}),
+    ]
+
+
+def _every_overload():
+    names = [n for op in spec.OPS.values() for n in (op.torch_name, f"{op.torch_name}_backward")]
+    return {getattr(getattr(torch.ops.opforge, n), o) for n in names
+            for o in getattr(torch.ops.opforge, n).overloads()}
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_opcheck(device):
+def test_opcheck_every_overload_with_every_default_check(device):
     if device == "cuda":
         require_cuda()
     torch.manual_seed(0)
-    x, w = _rms_inputs(device)
-    samples = [
-        (torch.ops.opforge.swish.default, (x, 1.5)),
-        (torch.ops.opforge.swish.default, (x.detach()[..., ::2], -0.5)),
-        (torch.ops.opforge.rms_norm.default, (x, w, 1e-5)),
-        (torch.ops.opforge.rms_norm.default, (x.detach().transpose(0, 1), w.detach(), 0.0)),
-        (torch.ops.opforge.swish_backward.default, (torch.randn_like(x), x.detach(), 1.5)),
-        (torch.ops.opforge.rms_norm_backward.default,
-         (torch.randn_like(x), x.detach(), w.detach(), 1e-5)),
-        # the backward ops are differentiable too (double backward): opcheck checks their autograd
-        (torch.ops.opforge.swish_backward.default, (torch.randn_like(x).requires_grad_(), x, 1.5)),
-        (torch.ops.opforge.rms_norm_backward.default,
-         (torch.randn_like(x).requires_grad_(), x, w, 1e-5)),
-    ]
-    for op, args in samples:
-        torch.library.opcheck(op, args)
+    samples = _opcheck_samples(device)
+    assert {op for op, _, _ in samples} == _every_overload()
+    for op, args, kwargs in samples:
+        torch.library.opcheck(op, args, kwargs)
 
 
 def test_gradcheck_float64():

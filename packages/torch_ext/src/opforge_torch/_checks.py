@@ -128,3 +128,12 @@ def out(spec: opforge_spec.OpSpec, out: torch.Tensor, x: torch.Tensor) -> None:
     _same_device(spec.name, "out", out, "X", x)
     _same_dtype(spec.name, "out", out, "X", x)
     _shape_is(spec.name, "out", out, output_shape(spec, x), "Y")
+
+
+def out_not_tracked(spec: opforge_spec.OpSpec, tensors: tuple, out: torch.Tensor, tracked) -> None:
+    """aten's out= rule: no derivative flows through a write into `out`, so no input and no `out`
+    that autograd records (`tracked`) is taken."""
+    for name, t in zip((*spec.inputs, "out"), (*tensors, out)):
+        if tracked(t):
+            fail(spec.name, "out", "no tensor that autograd records (out= does not support automatic "
+                 "differentiation; call the op without out=)", f"{name} requiring grad")

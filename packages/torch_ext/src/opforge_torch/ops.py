@@ -4,11 +4,16 @@ Autograd to any order: the ops' backward is the fused ``swish_backward`` / ``rms
 kernel, and those backward ops carry their own autograd formulas, written with standard torch
 ops (which autograd differentiates further). First derivatives stay fused; second and higher
 derivatives (gradient penalties, Hessian-vector products) go through the composed formulas.
+
+Each formula is an autograd node registered at the Autograd key (not torch.library.register_autograd:
+the Function that builds has no setup_context, and the torch.func transforms refuse it), so
+torch.func.grad/vjp/jacrev work over every op. The ``.out`` overloads get aten's out= rule there.
 """
 
 import struct
 
 import torch
+from torch._functorch.utils import enable_single_level_autograd_function
 
 import opforge_spec
 
@@ -21,19 +26,28 @@ _EPSILON = opforge_spec.RMS_NORM.defaults()["epsilon"]
 _SWIGLU_BETA = opforge_spec.SWIGLU.defaults()["beta"]
 
 
-def swish(x: torch.Tensor, beta: float = _BETA) -> torch.Tensor:
+def _call(op, args: tuple, out):
+    """The op, or its .out overload writing `out` (which returns nothing) and then `out`."""
+    if out is None:
+        return op.default(*args)
+    op.out(*args, out=out)
+    return out
+
+
+def swish(x: torch.Tensor, beta: float = _BETA, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Y = X * sigmoid(beta * X)."""
-    return _ops.swish(x, beta)
+    return _call(_ops.swish, (x, beta), out)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, epsilon: float = _EPSILON) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, epsilon: float = _EPSILON, *,
+             out: torch.Tensor | None = None) -> torch.Tensor:
     """Y = X / sqrt(mean(X^2, last axis) + epsilon) * weight."""
-    return _ops.rms_norm(x, weight, epsilon)
+    return _call(_ops.rms_norm, (x, weight, epsilon), out)
 
 
-def swiglu(x: torch.Tensor, beta: float = _SWIGLU_BETA) -> torch.Tensor:
+def swiglu(x: torch.Tensor, beta: float = _SWIGLU_BETA, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]."""
-    return _ops.swiglu(x, beta)
+    return _call(_ops.swiglu, (x, beta), out)
 
 
 def _inputs(spec: opforge_spec.OpSpec, args: tuple) -> tuple:
@@ -66,7 +80,6 @@ def _register_fakes(spec: opforge_spec.OpSpec) -> None:
         tensors, attr = _inputs(spec, args)
         _checks.op(spec, tensors[0], _weight(tensors), attr)
         _checks.out(spec, out, tensors[0])
-        return out
 
     def backward(grad, *args):
         tensors, attr = _inputs(spec, args)
@@ -188,9 +201,78 @@ def _rms_norm_backward_grad(ctx, upstream_dx, upstream_dw):
 _SECOND_DERIVATIVES = {"swish": _swish_backward_grad, "rms_norm": _rms_norm_backward_grad,
                        "swiglu": _swiglu_backward_grad}
 
+# ---- the Autograd kernels --------------------------------------------------------------
+_LIBRARY = torch.library.Library("opforge", "IMPL")  # kept: its registrations live as long as it
+
+
+def _tracked(t) -> bool:
+    """Whether autograd (reverse or forward mode, torch.func included) records a call on `t`."""
+    if not isinstance(t, torch.Tensor):
+        return False
+    return (t.requires_grad and torch.is_grad_enabled()) or (
+        torch.autograd.forward_ad.unpack_dual(t).tangent is not None)
+
+
+def _refuse_forward_mode(spec: opforge_spec.OpSpec):
+    def jvp(ctx, *tangents):
+        raise RuntimeError(opforge_spec.error(
+            spec.name, "derivative", "reverse mode (backward, torch.func.grad, vjp or jacrev)",
+            "forward mode (jvp, jacfwd or forward_ad)"))
+
+    return jvp
+
+
+def _autograd_function(spec: opforge_spec.OpSpec, op, backward):
+    """The autograd node of `op` (an op or a backward op of `spec`): the kernel below autograd
+    forward, `backward` as its derivative.
+
+    A single-level Function, as an aten op's autograd kernel is: the node is recorded at the
+    torch.func level the dispatcher is at (their grad interpreter sends the op here, below the
+    level where torch.autograd.Function.apply hands itself to the transforms, so that fails).
+    functorch builds each level of a Function the same way."""
+    return type(f"opforge_{op._opname}_autograd", (torch.autograd.function._SingleLevelFunction,), {
+        # apply runs forward with grad mode off, so the op's Autograd kernel passes it down
+        "forward": staticmethod(op),
+        "setup_context": staticmethod(_save_inputs),
+        "backward": staticmethod(backward),
+        "jvp": staticmethod(_refuse_forward_mode(spec)),
+    })
+
+
+def _register_autograd(spec: opforge_spec.OpSpec, name: str, backward) -> None:
+    """The Autograd kernel of the op `name` (`spec`'s op or its backward op)."""
+    op = getattr(_ops, name).default
+    function = _autograd_function(spec, op, backward)
+    tensor_count = len(op._schema.arguments) - 1  # the attribute is last
+
+    def autograd_kernel(keyset, *args):
+        # The dispatcher drops an argument equal to its default; setup_context needs it.
+        args = (*args, spec.attr.default) if len(args) == tensor_count else args
+        if any(_tracked(t) for t in args):
+            with enable_single_level_autograd_function():
+                return function.apply(*args)
+        return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+
+    _LIBRARY.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+
+
+def _register_out_autograd(spec: opforge_spec.OpSpec) -> None:
+    """aten's out= rule: refused when autograd would record the call (the write into `out` has no
+    derivative). `out`'s version counter is bumped (the ADInplaceOrView key's work, done here to
+    spare a second Python kernel per call), so autograd refuses a saved `out` written over."""
+    op = getattr(_ops, spec.torch_name).out
+
+    def autograd_kernel(keyset, *args, out):
+        tensors, _ = _inputs(spec, args)
+        _checks.out_not_tracked(spec, tensors, out, _tracked)
+        op.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, *args, out=out)
+        torch.autograd.graph.increment_version(out)
+
+    _LIBRARY.impl(f"{spec.torch_name}.out", autograd_kernel, "Autograd", with_keyset=True)
+
+
 for _spec in opforge_spec.OPS.values():
     _register_fakes(_spec)
-    torch.library.register_autograd(f"opforge::{_spec.torch_name}", _fused_gradient(_spec),
-                                    setup_context=_save_inputs)
-    torch.library.register_autograd(f"opforge::{_spec.torch_name}_backward",
-                                    _SECOND_DERIVATIVES[_spec.torch_name], setup_context=_save_inputs)
+    _register_autograd(_spec, _spec.torch_name, _fused_gradient(_spec))
+    _register_autograd(_spec, f"{_spec.torch_name}_backward", _SECOND_DERIVATIVES[_spec.torch_name])
+    _register_out_autograd(_spec)

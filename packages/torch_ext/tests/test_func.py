@@ -1,0 +1,90 @@
+"""torch.func over every op: grad, vjp and jacrev (first and second order, under vmap too) give
+autograd's numbers; forward mode (jvp, jacfwd) is refused with one line naming the op."""
+
+import pytest
+import torch
+
+import opforge_spec as spec
+import opforge_torch  # noqa: F401  (registers the ops)
+
+_GEN = torch.Generator().manual_seed(0)
+_X = torch.randn(2, 6, generator=_GEN, dtype=torch.float64)
+_W = torch.rand(6, generator=_GEN, dtype=torch.float64) + 0.5
+CASES = {  # op -> (its function of the tensor inputs, the inputs)
+    "Swish": (lambda x: torch.ops.opforge.swish(x, 1.3), (_X,)),
+    "RMSNorm": (lambda x, w: torch.ops.opforge.rms_norm(x, w, 1e-5), (_X, _W)),
+    "SwiGLU": (lambda x: torch.ops.opforge.swiglu(x, 1.3), (_X,)),
+    "Swish, default beta": (torch.ops.opforge.swish.default, (_X,)),
+}
+
+
+def _argnums(inputs):
+    return tuple(range(len(inputs)))
+
+
+def _weighted_sum(fn, cotangent):
+    return lambda *inputs: (fn(*inputs) * cotangent).sum()
+
+
+def _cotangent(fn, inputs):
+    return torch.randn(fn(*inputs).shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+
+def _autograd_grads(fn, inputs, cotangent):
+    leaves = [t.clone().requires_grad_() for t in inputs]
+    return torch.autograd.grad(fn(*leaves), leaves, cotangent)
+
+
+@pytest.mark.parametrize("op", CASES)
+def test_grad_gives_autograds_numbers(op):
+    fn, inputs = CASES[op]
+    cotangent = _cotangent(fn, inputs)
+    got = torch.func.grad(_weighted_sum(fn, cotangent), argnums=_argnums(inputs))(*inputs)
+    torch.testing.assert_close(got, _autograd_grads(fn, inputs, cotangent))
+
+
+@pytest.mark.parametrize("op", CASES)
+def test_vjp_gives_autograds_numbers(op):
+    fn, inputs = CASES[op]
+    cotangent = _cotangent(fn, inputs)
+    output, vjp_fn = torch.func.vjp(fn, *inputs)
+    torch.testing.assert_close(output, fn(*inputs), rtol=0, atol=0)
+    torch.testing.assert_close(vjp_fn(cotangent), _autograd_grads(fn, inputs, cotangent))
+
+
+@pytest.mark.parametrize("op", CASES)
+def test_jacrev_gives_autograds_jacobian(op):
+    fn, inputs = CASES[op]
+    got = torch.func.jacrev(fn, argnums=_argnums(inputs))(*inputs)
+    torch.testing.assert_close(got, torch.autograd.functional.jacobian(fn, inputs))
+
+
+@pytest.mark.parametrize("op", CASES)
+def test_jacrev_of_jacrev_gives_autograds_hessian(op):
+    """Second order: the backward ops under the transforms."""
+    fn, inputs = CASES[op]
+    scalar = _weighted_sum(fn, _cotangent(fn, inputs))
+    argnums = _argnums(inputs)
+    got = torch.func.jacrev(torch.func.jacrev(scalar, argnums=argnums), argnums=argnums)(*inputs)
+    torch.testing.assert_close(got, torch.autograd.functional.hessian(scalar, inputs))
+
+
+def test_vmap_of_grad_gives_per_sample_gradients():
+    fn, (x, w) = CASES["RMSNorm"]
+
+    def loss(row, weight):
+        return fn(row, weight).pow(2).sum()
+
+    got = torch.func.vmap(torch.func.grad(loss, argnums=(0, 1)), in_dims=(0, None))(x, w)
+    rows = [_autograd_grads(loss, (row, w), torch.tensor(1.0, dtype=torch.float64)) for row in x]
+    torch.testing.assert_close(got, tuple(torch.stack(g) for g in zip(*rows)))
+
+
+@pytest.mark.parametrize("op", ["Swish", "RMSNorm", "SwiGLU"])
+def test_forward_mode_is_refused_naming_the_op(op):
+    fn, inputs = CASES[op]
+    message = spec.error(op, "derivative", "reverse mode (backward, torch.func.grad, vjp or jacrev)",
+                         "forward mode (jvp, jacfwd or forward_ad)")
+    with pytest.raises(RuntimeError) as info:
+        torch.func.jvp(fn, inputs, tuple(torch.ones_like(t) for t in inputs))
+    assert str(info.value).splitlines()[0] == message
