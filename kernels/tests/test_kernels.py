@@ -225,20 +225,7 @@ def test_cuda_kernels_compile_to_sass_and_ptx(tmp_path):
     nvcc = find_tool("nvcc")
     if nvcc is None:
         pytest.skip("no nvcc on this machine: CUDA kernels not compiled")
-    src = tmp_path / "inst.cu"
-    src.write_text(
-        '#include "opforge/kernels/cuda_arch_guard.h"\n'
-        '#include "opforge/kernels/cuda.cuh"\n'
-        "namespace c = opforge::kernels::cuda;\n"
-        "template <class T> cudaError_t all(T* a, T* b, T* o, float* dw, cudaStream_t s) {\n"
-        "  c::swish_forward(a, o, 9, 1.f, s); c::swish_backward(a, b, o, 9, 1.f, s);\n"
-        "  c::rms_norm_forward(a, b, o, 3, 3, 1e-6f, s);\n"
-        "  c::swiglu_forward(a, o, 3, 3, 1.f, s); c::swiglu_backward(a, b, o, 3, 3, 1.f, s);\n"
-        "  return c::rms_norm_backward(a, b, b, o, dw, 3, 3, 1e-6f, s); }\n"
-        "template cudaError_t all<float>(float*, float*, float*, float*, cudaStream_t);\n"
-        "template cudaError_t all<__half>(__half*, __half*, __half*, float*, cudaStream_t);\n"
-        "template cudaError_t all<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*,"
-        " float*, cudaStream_t);\n")
+    src = HERE / "cuda_instances.cu"  # every launcher for float, half and bfloat16
     obj = tmp_path / "inst.o"
     subprocess.run([nvcc, "-std=c++17", "-O2", f"-I{spec.include_dir()}",
                     "-gencode", "arch=compute_80,code=sm_80",

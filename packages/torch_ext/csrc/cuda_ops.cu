@@ -81,14 +81,14 @@ struct Cuda {
   }
 
   template <class Op>
-  static Tensor forward_out(const Tensor& x_in, const Tensor* w_in, double attr, Tensor out) {
+  static void forward_out(const Tensor& x_in, const Tensor* w_in, double attr, Tensor out) {
     check_op(Backend::CUDA, Op::desc, x_in, w_in, attr);
-    check_out(Op::desc, out, x_in);
+    check_out(Op::desc, out, x_in, w_in);
     torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
-    return write_into(out, x, output_shape(Op::desc, x),
-                      [&](Tensor& y) { forward_into<Op>(x, w_in ? &w : nullptr, attr, y); });
+    write_into(out, x, output_shape(Op::desc, x),
+               [&](Tensor& y) { forward_into<Op>(x, w_in ? &w : nullptr, attr, y); });
   }
 
   template <class Op>
@@ -109,7 +109,8 @@ struct Cuda {
   }
 };
 
-// dW accumulates in float32 (atomics in the kernel), then is cast to W's dtype.
+// dW is summed in float32 from per-row-group partial rows (the workspace) in a fixed order, so
+// its bits are the same on every run; then cast to W's dtype. The kernel writes all of dW.
 std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
                                              const Tensor& w_in, double epsilon) {
   check_op_backward(Backend::CUDA, k::kRMSNormOp, dy_in, x_in, &w_in, epsilon);
@@ -119,13 +120,16 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& 
   const Tensor dy = torch::stable::contiguous(dy_in);
   Tensor dx = torch::stable::new_empty(x, x.sizes());
   const k::RowView s = row_view(k::kRMSNormOp, x);
-  Tensor dw = torch::stable::new_zeros(x, {s.cols}, ScalarType::Float);
-  if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
+  Tensor dw = torch::stable::new_empty(x, {s.cols}, ScalarType::Float);
+  const auto partial_floats =
+      static_cast<int64_t>(k::cuda::rms_norm_backward_workspace_size(s.rows, s.cols) / sizeof(float));
+  Tensor workspace = torch::stable::new_empty(x, {partial_floats}, ScalarType::Float);
+  if (s.cols > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     check_launch(k::kRMSNormOp.name,
                  k::cuda::rms_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), out<float>(dw),
-                                         s.rows, s.cols, static_cast<float>(epsilon),
-                                         launch_stream(k::kRMSNormOp.name, x)));
+                                         workspace.mutable_data_ptr(), s.rows, s.cols,
+                                         static_cast<float>(epsilon), launch_stream(k::kRMSNormOp.name, x)));
   });
   return {dx, torch::stable::to(dw, w.scalar_type())};
 }

@@ -1,18 +1,25 @@
 // CUDA kernels and launchers for the opforge ops, shared by the torch extension, the ONNX Runtime
 // CUDA-EP kernels and the TensorRT plugins. Include from exactly the .cu files that need them.
 // Math is done in float (accumulation too); storage types: float, __half, __nv_bfloat16.
+// Every launcher runs on the caller's stream and only enqueues work (no synchronization).
+// Which thread visits which element is cuda_index.h's, replayed on the CPU by the tests.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
+#include "opforge/kernels/cuda_index.h"
 #include "opforge/kernels/math.h"
 
 namespace opforge::kernels::cuda {
 namespace detail {
+
+namespace ci = opforge::kernels::cuda_index;
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -29,53 +36,51 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-// 16-byte packets for vectorized loads and stores.
-template <class T>
-struct alignas(16) Packet {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
+// kVec elements moved by one load or store: 16 bytes (LDG.128 / STG.128) when the data allow.
+template <class T, int kVec>
+struct alignas(sizeof(T) * kVec) Packet {
+  T v[kVec];
 };
 
-constexpr int kThreads = 256;
+template <class T>
+constexpr int kWidestPacket = ci::kPacketBytes / int(sizeof(T));
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-inline unsigned grid_for(int64_t work, int per_block) {
-  const int64_t blocks = (work + per_block - 1) / per_block;
-  // Grid-stride loops cover the rest; this cap keeps the grid valid on every architecture.
-  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
+template <int kVec, class T>
+__device__ __forceinline__ Packet<T, kVec> load(const T* at) {
+  return *reinterpret_cast<const Packet<T, kVec>*>(at);
 }
 
-// Elementwise map over n items. Packets when every pointer is 16-byte aligned, scalars for the
-// tail and for unaligned views.
-template <class T, class Op, int kArgs>
-__global__ void elementwise_kernel(Op op, const T* __restrict__ a, const T* __restrict__ b,
-                                   T* __restrict__ out, int64_t n, bool packed) {
-  using P = Packet<T>;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t tail_start = 0;
-  if (packed) {
-    const int64_t packets = n / P::kSize;
-    for (int64_t p = first; p < packets; p += stride) {
-      P va = reinterpret_cast<const P*>(a)[p];
-      P vb;
-      if constexpr (kArgs == 2) vb = reinterpret_cast<const P*>(b)[p];
-      P vo;
-#pragma unroll
-      for (int k = 0; k < P::kSize; ++k) {
-        const float fb = kArgs == 2 ? to_float(vb.v[k]) : 0.0f;
-        vo.v[k] = from_float<T>(op(to_float(va.v[k]), fb));
-      }
-      reinterpret_cast<P*>(out)[p] = vo;
-    }
-    tail_start = packets * P::kSize;
-  }
-  for (int64_t i = tail_start + first; i < n; i += stride) {
-    const float fb = kArgs == 2 ? to_float(b[i]) : 0.0f;
-    out[i] = from_float<T>(op(to_float(a[i]), fb));
+template <int kVec, class T>
+__device__ __forceinline__ void store(T* at, const Packet<T, kVec>& value) {
+  *reinterpret_cast<Packet<T, kVec>*>(at) = value;
+}
+
+__device__ __forceinline__ ci::Launch this_launch() {
+  return {{gridDim.x, gridDim.y}, {blockDim.x, blockDim.y}};
+}
+__device__ __forceinline__ ci::Dim2 block_index() { return {blockIdx.x, blockIdx.y}; }
+__device__ __forceinline__ ci::Dim2 thread_index() { return {threadIdx.x, threadIdx.y}; }
+
+inline dim3 grid_of(const ci::Launch& l) { return dim3(l.grid.x, l.grid.y); }
+inline dim3 block_of(const ci::Launch& l) { return dim3(l.block.x, l.block.y); }
+
+template <class... Ts>
+uint64_t address_bits(const Ts*... pointers) {
+  return (uint64_t(reinterpret_cast<uintptr_t>(pointers)) | ...);
+}
+
+// launch(std::integral_constant<int, vec>{}): the packet width as a compile-time constant.
+template <class T, int kVec = kWidestPacket<T>, class Launch>
+cudaError_t with_packet(int vec, Launch&& launch) {
+  if constexpr (kVec == 1) {
+    return launch(std::integral_constant<int, 1>{});
+  } else {
+    if (vec == kVec) return launch(std::integral_constant<int, kVec>{});
+    return with_packet<T, kVec / 2>(vec, launch);
   }
 }
+
+// ---- elementwise (Swish) ----------------------------------------------------------------------
 
 struct SwishOp {
   float beta;
@@ -88,100 +93,302 @@ struct SwishGradOp {
   __device__ float operator()(float x, float dy) const { return swish_grad(dy, x, beta); }
 };
 
+template <class T, int kVec, class Op, int kArgs>
+__global__ void elementwise_kernel(Op op, const T* __restrict__ a, const T* __restrict__ b,
+                                   T* __restrict__ out, int64_t n) {
+  ci::elementwise_visit(
+      this_launch(), block_index(), thread_index(), n, kVec,
+      [&](int64_t p) {
+        const Packet<T, kVec> va = load<kVec>(a + p * kVec);
+        Packet<T, kVec> vb = va;
+        if constexpr (kArgs == 2) vb = load<kVec>(b + p * kVec);
+        Packet<T, kVec> vo;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          vo.v[k] = from_float<T>(op(to_float(va.v[k]), to_float(vb.v[k])));
+        }
+        store<kVec>(out + p * kVec, vo);
+      },
+      [&](int64_t i) {
+        const float fb = kArgs == 2 ? to_float(b[i]) : 0.0f;
+        out[i] = from_float<T>(op(to_float(a[i]), fb));
+      });
+}
+
 template <class T, class Op, int kArgs>
 cudaError_t launch_elementwise(Op op, const T* a, const T* b, T* out, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  const bool packed = aligned16(a) && aligned16(out) && (kArgs == 1 || aligned16(b));
-  const int64_t work = packed ? (n + Packet<T>::kSize - 1) / Packet<T>::kSize : n;
-  elementwise_kernel<T, Op, kArgs><<<grid_for(work, kThreads), kThreads, 0, s>>>(op, a, b, out, n,
-                                                                                  packed);
-  return cudaGetLastError();
+  const int vec = ci::aligned_packet_elems(sizeof(T), address_bits(a, b, out));
+  return with_packet<T>(vec, [&](auto packet) {
+    constexpr int kVec = decltype(packet)::value;
+    const ci::Launch l = ci::elementwise_launch(n, kVec);
+    elementwise_kernel<T, kVec, Op, kArgs><<<grid_of(l), block_of(l), 0, s>>>(op, a, b, out, n);
+    return cudaGetLastError();
+  });
 }
 
-// SwiGLU over Y's n = rows * d elements; X is [rows, 2d] (A = first half of a row, B = second).
-template <class T>
-__global__ void swiglu_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n,
+// ---- gated (SwiGLU): rows and packets indexed apart, no division per element ------------------
+
+template <class T, int kVec>
+__global__ void swiglu_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
                                       int64_t d, float beta) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t a = i + (i / d) * d;  // row * 2d + column
-    y[i] = from_float<T>(swiglu(to_float(x[a]), to_float(x[a + d]), beta));
-  }
+  ci::gated_visit(this_launch(), block_index(), thread_index(), rows, d / kVec,
+                  [&](int64_t row, int64_t p) {
+                    const ci::GatedOffsets at = ci::gated_offsets(row, p * kVec, d);
+                    const Packet<T, kVec> a = load<kVec>(x + at.a), b = load<kVec>(x + at.b);
+                    Packet<T, kVec> out;
+#pragma unroll
+                    for (int k = 0; k < kVec; ++k) {
+                      out.v[k] = from_float<T>(swiglu(to_float(a.v[k]), to_float(b.v[k]), beta));
+                    }
+                    store<kVec>(y + at.y, out);
+                  });
 }
 
 // dA = dY * B * swish'(A), dB = dY * swish(A)
-template <class T>
+template <class T, int kVec>
 __global__ void swiglu_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                       T* __restrict__ dx, int64_t n, int64_t d, float beta) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t a = i + (i / d) * d;
-    const float av = to_float(x[a]), g = to_float(dy[i]);
-    dx[a] = from_float<T>(swish_grad(g * to_float(x[a + d]), av, beta));
-    dx[a + d] = from_float<T>(g * swish(av, beta));
-  }
+                                       T* __restrict__ dx, int64_t rows, int64_t d, float beta) {
+  ci::gated_visit(this_launch(), block_index(), thread_index(), rows, d / kVec,
+                  [&](int64_t row, int64_t p) {
+                    const ci::GatedOffsets at = ci::gated_offsets(row, p * kVec, d);
+                    const Packet<T, kVec> a = load<kVec>(x + at.a), b = load<kVec>(x + at.b);
+                    const Packet<T, kVec> g = load<kVec>(dy + at.y);
+                    Packet<T, kVec> da, db;
+#pragma unroll
+                    for (int k = 0; k < kVec; ++k) {
+                      const float av = to_float(a.v[k]), gv = to_float(g.v[k]);
+                      da.v[k] = from_float<T>(swish_grad(gv * to_float(b.v[k]), av, beta));
+                      db.v[k] = from_float<T>(gv * swish(av, beta));
+                    }
+                    store<kVec>(dx + at.a, da);
+                    store<kVec>(dx + at.b, db);
+                  });
 }
 
-// Block-wide sum; every thread gets the result. `scratch` holds one float per warp.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  __syncthreads();  // scratch may still be read from a previous call
-  if (lane == 0) scratch[warp] = v;
+// ---- rows (RMSNorm) ---------------------------------------------------------------------------
+
+// Sums each of v[] over the threads of one row group (the blockDim.x threads of a threadIdx.y);
+// every one of them gets the totals, bit for bit the same. Lanes combine by shuffles within
+// groups of up to 32, warps through `scratch` (N floats per warp). Every thread must call it.
+template <int N>
+__device__ __forceinline__ void group_sum(float (&v)[N], float* scratch) {
+  const unsigned width = blockDim.x < 32 ? blockDim.x : 32;
+  for (unsigned offset = width / 2; offset > 0; offset >>= 1) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+  }
+  if (blockDim.x <= 32) return;
+  const unsigned warps = blockDim.x / 32;
+  float* mine = scratch + threadIdx.y * warps * N;
+  __syncthreads();  // scratch may still be read for the previous row
+  if (threadIdx.x % 32 == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) mine[(threadIdx.x / 32) * N + i] = v[i];
+  }
   __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < warps; ++w) total += scratch[w];
-  return total;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    float total = 0.0f;
+    for (unsigned w = 0; w < warps; ++w) total += mine[w * N + i];
+    v[i] = total;
+  }
 }
 
-// One block per row (grid-stride over rows).
-template <class T>
-__global__ void rms_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                                        T* __restrict__ y, int64_t rows, int64_t cols, float eps) {
+// The row helpers take packets by value: a packet read from global memory through a reference is
+// read element by element, a copy is one vector load.
+template <int kVec, class T>
+__device__ __forceinline__ void add_squares(float& sum, Packet<T, kVec> x) {
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) sum += to_float(x.v[k]) * to_float(x.v[k]);
+}
+
+template <int kVec, class T>
+__device__ __forceinline__ Packet<T, kVec> normalized(Packet<T, kVec> x, Packet<T, kVec> w,
+                                                      float inv) {
+  Packet<T, kVec> y;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) y.v[k] = from_float<T>(to_float(x.v[k]) * inv * to_float(w.v[k]));
+  return y;
+}
+
+// One row group per row (several short rows a block, a whole block on a long one), fp32 sums.
+// kCached: a thread's share of the row stays in registers between the sum and the output, so X
+// is read once; otherwise X is read again for the output (from L2 for rows of this size).
+template <class T, int kVec, bool kCached>
+__global__ void __launch_bounds__(ci::kRowForwardThreads, 1)
+    rms_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                            int64_t rows, int64_t cols, int64_t groups, float eps) {
+  using P = Packet<T, kVec>;
   __shared__ float scratch[32];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* xr = x + row * cols;
-    float sq = 0.0f;
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float v = to_float(xr[j]);
-      sq += v * v;
+  const int64_t ppr = cols / kVec;
+  const P* wp = reinterpret_cast<const P*>(w);
+  ci::row_visit(this_launch(), block_index(), thread_index(), rows, groups,
+                [&](int64_t row, bool live, bool) {
+    const P* xr = reinterpret_cast<const P*>(x) + (live ? row * ppr : 0);
+    P kept[kCached ? ci::kRowForwardPackets : 1];
+    float sum[1] = {0.0f};
+    if (live) {
+      if constexpr (kCached) {
+#pragma unroll
+        for (int k = 0; k < ci::kRowForwardPackets; ++k) {
+          const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
+          if (p >= ppr) continue;
+          kept[k] = xr[p];
+          add_squares<kVec>(sum[0], kept[k]);
+        }
+      } else {
+        for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) add_squares<kVec>(sum[0], xr[p]);
+      }
     }
-    const float inv = rms_inverse(block_sum(sq, scratch) / float(cols), eps);
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      y[row * cols + j] = from_float<T>(to_float(xr[j]) * inv * to_float(w[j]));
+    group_sum(sum, scratch);
+    const float inv = rms_inverse(__fdividef(sum[0], float(cols)), eps);
+    if (!live) return;
+    P* yr = reinterpret_cast<P*>(y) + row * ppr;
+    if constexpr (kCached) {
+#pragma unroll
+      for (int k = 0; k < ci::kRowForwardPackets; ++k) {
+        const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
+        if (p < ppr) yr[p] = normalized<kVec>(kept[k], wp[p], inv);
+      }
+    } else {
+      for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
+        yr[p] = normalized<kVec>(xr[p], wp[p], inv);
+      }
+    }
+  });
+}
+
+// sums[0] += x^2, sums[1] += dy * w * x
+template <int kVec, class T>
+__device__ __forceinline__ void add_backward_sums(float (&sums)[2], Packet<T, kVec> x,
+                                                  Packet<T, kVec> g, Packet<T, kVec> w) {
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const float xv = to_float(x.v[k]);
+    sums[0] += xv * xv;
+    sums[1] += to_float(g.v[k]) * to_float(w.v[k]) * xv;
+  }
+}
+
+// dX = inv * dY * W - X * coef, with coef = inv^3 * mean(dY * W * X)
+template <int kVec, class T>
+__device__ __forceinline__ Packet<T, kVec> input_grad(Packet<T, kVec> x, Packet<T, kVec> g,
+                                                      Packet<T, kVec> w, float inv, float coef) {
+  Packet<T, kVec> dx;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    dx.v[k] = from_float<T>(inv * to_float(g.v[k]) * to_float(w.v[k]) - to_float(x.v[k]) * coef);
+  }
+  return dx;
+}
+
+// dX of each row, and for each row group g its partial dW row partial_dw[g] = sum over its rows,
+// in row order, of dY * X * inv (no atomics; dw_sum_kernel adds the partial rows in group order).
+// kCached: the row's X and dY stay in registers and the partial dW too (each thread owns the same
+// columns on every row of its group); otherwise the partial row is accumulated in place.
+template <class T, int kVec, bool kCached>
+__global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
+    rms_norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                             const T* __restrict__ w, T* __restrict__ dx,
+                             float* __restrict__ partial_dw, int64_t rows, int64_t cols,
+                             int64_t groups, float eps) {
+  using P = Packet<T, kVec>;
+  constexpr int kKept = kCached ? ci::kRowBackwardPackets : 1;
+  __shared__ float scratch[2 * 32];
+  const int64_t ppr = cols / kVec;
+  const P* wp = reinterpret_cast<const P*>(w);
+  const int64_t group = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  float dw[kKept][kVec] = {};
+  ci::row_visit(this_launch(), block_index(), thread_index(), rows, groups,
+                [&](int64_t row, bool live, bool first) {
+    const int64_t at = live ? row * ppr : 0;
+    const P* xr = reinterpret_cast<const P*>(x) + at;
+    const P* gr = reinterpret_cast<const P*>(dy) + at;
+    P kept_x[kKept], kept_g[kKept];
+    float sums[2] = {0.0f, 0.0f};
+    if (live) {
+      if constexpr (kCached) {
+#pragma unroll
+        for (int k = 0; k < kKept; ++k) {
+          const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
+          if (p >= ppr) continue;
+          kept_x[k] = xr[p];
+          kept_g[k] = gr[p];
+          add_backward_sums<kVec>(sums, kept_x[k], kept_g[k], wp[p]);
+        }
+      } else {
+        for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
+          add_backward_sums<kVec>(sums, xr[p], gr[p], wp[p]);
+        }
+      }
+    }
+    group_sum(sums, scratch);
+    const float inv = rms_inverse(__fdividef(sums[0], float(cols)), eps);
+    const float coef = __fdividef(sums[1], float(cols)) * inv * inv * inv;  // no underflow
+    if (!live) return;
+    P* dxr = reinterpret_cast<P*>(dx) + at;
+    if constexpr (kCached) {
+#pragma unroll
+      for (int k = 0; k < kKept; ++k) {
+        const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
+        if (p >= ppr) continue;
+        dxr[p] = input_grad<kVec>(kept_x[k], kept_g[k], wp[p], inv, coef);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          dw[k][e] += to_float(kept_g[k].v[e]) * to_float(kept_x[k].v[e]) * inv;
+        }
+      }
+    } else {
+      float* partial = partial_dw + group * cols;
+      for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
+        const P xv = xr[p], gv = gr[p];
+        dxr[p] = input_grad<kVec>(xv, gv, wp[p], inv, coef);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const float before = first ? 0.0f : partial[p * kVec + e];
+          partial[p * kVec + e] = before + to_float(gv.v[e]) * to_float(xv.v[e]) * inv;
+        }
+      }
+    }
+  });
+  if constexpr (kCached) {
+    if (group >= groups) return;
+    float* partial = partial_dw + group * cols;
+#pragma unroll
+    for (int k = 0; k < kKept; ++k) {
+      const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
+      if (p >= ppr) continue;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) partial[p * kVec + e] = dw[k][e];
     }
   }
 }
 
-template <class T>
-__global__ void rms_norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                         const T* __restrict__ w, T* __restrict__ dx,
-                                         float* __restrict__ dw, int64_t rows, int64_t cols,
-                                         float eps) {
-  __shared__ float scratch[32];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t base = row * cols;
-    float sq = 0.0f, dot = 0.0f;
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float xv = to_float(x[base + j]);
-      sq += xv * xv;
-      dot += to_float(dy[base + j]) * to_float(w[j]) * xv;
+// dW[j] = sum over g of partial_dw[g][j]: lane l of a column adds groups l, l + 8, ... in order,
+// then the 8 lane sums are added in lane order. Fixed by (groups, cols): the same bits every run.
+// (A template only so that every translation unit may define it.)
+template <unsigned kLanes = ci::kDwLanes>
+__global__ void __launch_bounds__(ci::kDwColumns * kLanes, 1)
+    dw_sum_kernel(const float* __restrict__ partial_dw, float* __restrict__ dw, int64_t groups,
+                  int64_t cols) {
+  __shared__ float lanes[kLanes][ci::kDwColumns];
+  ci::column_tiles(this_launch(), block_index(), cols, [&](int64_t first) {
+    const int64_t j = first + threadIdx.x;
+    float sum = 0.0f;
+    if (j < cols) {
+      ci::lane_groups(this_launch(), thread_index(), groups,
+                      [&](int64_t g) { sum += partial_dw[g * cols + j]; });
     }
-    const float inv = rms_inverse(block_sum(sq, scratch) / float(cols), eps);
-    const float coef = inv * inv * inv * block_sum(dot, scratch) / float(cols);
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      const float xv = to_float(x[base + j]);
-      const float dyv = to_float(dy[base + j]);
-      dx[base + j] = from_float<T>(inv * dyv * to_float(w[j]) - xv * coef);
-      atomicAdd(dw + j, dyv * xv * inv);
+    lanes[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < cols) {
+      float total = 0.0f;
+      for (unsigned l = 0; l < kLanes; ++l) total += lanes[l][threadIdx.x];
+      dw[j] = total;
     }
-  }
-}
-
-inline int row_threads(int64_t cols) {
-  int threads = 32;
-  while (threads < kThreads && threads < cols) threads *= 2;
-  return threads;
+    __syncthreads();
+  });
 }
 
 }  // namespace detail
@@ -203,36 +410,76 @@ cudaError_t swish_backward(const T* dy, const T* x, T* dx, int64_t n, float beta
 template <class T>
 cudaError_t swiglu_forward(const T* x, T* y, int64_t rows, int64_t d, float beta, cudaStream_t s) {
   if (rows == 0 || d == 0) return cudaSuccess;
-  detail::swiglu_forward_kernel<T><<<detail::grid_for(rows * d, detail::kThreads), detail::kThreads,
-                                     0, s>>>(x, y, rows * d, d, beta);
-  return cudaGetLastError();
+  const int vec = cuda_index::row_packet_elems(sizeof(T), d, detail::address_bits(x, y));
+  return detail::with_packet<T>(vec, [&](auto packet) {
+    constexpr int kVec = decltype(packet)::value;
+    const cuda_index::Launch l = cuda_index::gated_launch(rows, d / kVec);
+    detail::swiglu_forward_kernel<T, kVec>
+        <<<detail::grid_of(l), detail::block_of(l), 0, s>>>(x, y, rows, d, beta);
+    return cudaGetLastError();
+  });
 }
 
 template <class T>
 cudaError_t swiglu_backward(const T* dy, const T* x, T* dx, int64_t rows, int64_t d, float beta,
                             cudaStream_t s) {
   if (rows == 0 || d == 0) return cudaSuccess;
-  detail::swiglu_backward_kernel<T><<<detail::grid_for(rows * d, detail::kThreads),
-                                      detail::kThreads, 0, s>>>(dy, x, dx, rows * d, d, beta);
-  return cudaGetLastError();
+  const int vec = cuda_index::row_packet_elems(sizeof(T), d, detail::address_bits(dy, x, dx));
+  return detail::with_packet<T>(vec, [&](auto packet) {
+    constexpr int kVec = decltype(packet)::value;
+    const cuda_index::Launch l = cuda_index::gated_launch(rows, d / kVec);
+    detail::swiglu_backward_kernel<T, kVec>
+        <<<detail::grid_of(l), detail::block_of(l), 0, s>>>(dy, x, dx, rows, d, beta);
+    return cudaGetLastError();
+  });
 }
 
 template <class T>
 cudaError_t rms_norm_forward(const T* x, const T* w, T* y, int64_t rows, int64_t cols, float eps,
                              cudaStream_t s) {
   if (rows == 0 || cols == 0) return cudaSuccess;
-  detail::rms_norm_forward_kernel<T><<<detail::grid_for(rows, 1), detail::row_threads(cols), 0, s>>>(
-      x, w, y, rows, cols, eps);
-  return cudaGetLastError();
+  const int vec = cuda_index::row_packet_elems(sizeof(T), cols, detail::address_bits(x, w, y));
+  return detail::with_packet<T>(vec, [&](auto packet) {
+    constexpr int kVec = decltype(packet)::value;
+    const cuda_index::RowLaunch l = cuda_index::rms_forward_launch(rows, cols / kVec);
+    const auto kernel = l.cached ? detail::rms_norm_forward_kernel<T, kVec, true>
+                                 : detail::rms_norm_forward_kernel<T, kVec, false>;
+    kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(x, w, y, rows, cols,
+                                                                             l.groups, eps);
+    return cudaGetLastError();
+  });
 }
 
+// Bytes of the float32 workspace rms_norm_backward needs for X [rows, cols]: one partial dW row
+// per row group (cuda_index::dw_groups(rows) <= 512 of them). The caller allocates it (4-byte
+// aligned) on the stream's device; its contents need no initialization.
+inline size_t rms_norm_backward_workspace_size(int64_t rows, int64_t cols) {
+  return size_t(cuda_index::dw_groups(rows)) * size_t(cols) * sizeof(float);
+}
+
+// dX [rows, cols] and dW [cols] (float32, fully written, also for rows == 0), deterministic:
+// the same bits on every run for the same inputs and pointers' alignment.
 template <class T>
-cudaError_t rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, float* dw, int64_t rows,
-                              int64_t cols, float eps, cudaStream_t s) {
-  if (rows == 0 || cols == 0) return cudaSuccess;
-  detail::rms_norm_backward_kernel<T>
-      <<<detail::grid_for(rows, 1), detail::row_threads(cols), 0, s>>>(dy, x, w, dx, dw, rows,
-                                                                        cols, eps);
+cudaError_t rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, float* dw,
+                              void* workspace, int64_t rows, int64_t cols, float eps,
+                              cudaStream_t s) {
+  if (cols == 0) return cudaSuccess;
+  if (rows == 0) return cudaMemsetAsync(dw, 0, size_t(cols) * sizeof(float), s);
+  float* partial_dw = static_cast<float*>(workspace);
+  const int vec = cuda_index::row_packet_elems(sizeof(T), cols, detail::address_bits(dy, x, w, dx));
+  const cudaError_t rows_done = detail::with_packet<T>(vec, [&](auto packet) {
+    constexpr int kVec = decltype(packet)::value;
+    const cuda_index::RowLaunch l = cuda_index::rms_backward_launch(rows, cols / kVec);
+    const auto kernel = l.cached ? detail::rms_norm_backward_kernel<T, kVec, true>
+                                 : detail::rms_norm_backward_kernel<T, kVec, false>;
+    kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(
+        dy, x, w, dx, partial_dw, rows, cols, l.groups, eps);
+    return cudaGetLastError();
+  });
+  if (rows_done != cudaSuccess) return rows_done;
+  const cuda_index::Launch sum = cuda_index::dw_sum_launch(cols);
+  detail::dw_sum_kernel<><<<detail::grid_of(sum), detail::block_of(sum), 0, s>>>(
+      partial_dw, dw, cuda_index::dw_groups(rows), cols);
   return cudaGetLastError();
 }
 

@@ -1,0 +1,86 @@
+"""The shared CUDA launchers (cuda.cuh) on numpy arrays, through a shim library with the C ABI
+of gpu/gpu_shim.cu: that shim on a GPU, or cuda_emulation.cc's on the CPU."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+import opforge_spec as spec
+
+OPS = {"Swish": 0, "RMSNorm": 1, "SwiGLU": 2}
+DTYPES = {"float32": (0, np.float32), "float16": (1, np.float16), "bfloat16": (2, np.uint16)}
+I64 = ctypes.c_int64
+BYTES_TOUCHED, NO_MEMORY = -100, -101
+
+
+def to_storage(dtype: str, values) -> np.ndarray:
+    a = np.ascontiguousarray(np.asarray(values, np.float64)).astype(np.float32)
+    if dtype != "bfloat16":
+        return a.astype(DTYPES[dtype][1])
+    bits = a.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(a), np.uint16(0x7FC0), rounded)
+
+
+def from_storage(dtype: str, a: np.ndarray) -> np.ndarray:
+    if dtype == "bfloat16":
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return a.astype(np.float64)
+
+
+def ptr(a):
+    return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
+
+
+class Kernels:
+    """The shared CUDA launchers on numpy arrays (float64 in and out)."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        lib.opforge_gpu_run.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, I64, I64, I64, I64,
+                                        ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
+                                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        if hasattr(lib, "opforge_gpu_stream_order"):  # the GPU shim's only
+            lib.opforge_gpu_stream_order.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, I64,
+                                                     I64, ctypes.c_int]
+            lib.opforge_gpu_large.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, ctypes.c_void_p,
+                                              ctypes.c_int, ctypes.c_void_p]
+
+    def run(self, op: str, dtype: str, x, w=None, dy=None, attr=None, backward=False,
+            in_offset=0, out_offset=0, raw=False):
+        """Y (backward: dX, and dW for RMSNorm) of X viewed as [rows, last dim]."""
+        x = np.asarray(x, np.float64)
+        cols = x.shape[-1] if x.ndim else 1
+        rows = x.size // cols if cols else 0
+        stored = [to_storage(dtype, a) if a is not None else None for a in (x, w, dy)]
+        y_shape = x.shape if backward else spec.output_shape(spec.OPS[op], x.shape)
+        y = np.empty(y_shape, stored[0].dtype)
+        dw = np.empty(cols, np.float32) if op == "RMSNorm" and backward else None
+        attr = spec.OPS[op].attr.default if attr is None else attr
+        status = self.lib.opforge_gpu_run(OPS[op], int(backward), DTYPES[dtype][0], in_offset,
+                                          out_offset, rows, cols, attr, *map(ptr, stored), ptr(y),
+                                          ptr(dw))
+        assert status != BYTES_TOUCHED, f"{op}: a byte outside its output (or of an input) changed"
+        assert status == 0, f"{op}: CUDA error {status}"
+        if raw:
+            return y, dw
+        out = from_storage(dtype, y)
+        return (out, dw.astype(np.float64)) if dw is not None else out
+
+    def stream_order(self, op: str, dtype: str, rows: int, cols: int, backward=False, control=False):
+        return self.lib.opforge_gpu_stream_order(OPS[op], int(backward), DTYPES[dtype][0], rows, cols,
+                                                 int(control))
+
+    def large(self, op: str, rows: int, cols: int, samples, backward=False):
+        """float16 rows `samples` of the output, X filled on the device (gpu_shim.cu's pattern);
+        None when this GPU lacks the memory."""
+        row_length = cols // 2 if op == "SwiGLU" and not backward else cols
+        out = np.empty((len(samples), row_length), np.float16)
+        wanted = np.asarray(samples, np.int64)
+        status = self.lib.opforge_gpu_large(OPS[op], int(backward), rows, cols, ptr(wanted),
+                                            len(samples), ptr(out))
+        if status == NO_MEMORY:
+            return None
+        assert status == 0, f"{op}: CUDA error {status}"
+        return out.astype(np.float64)

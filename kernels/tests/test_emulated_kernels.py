@@ -1,0 +1,76 @@
+"""The CUDA kernels' own source (cuda.cuh) executed on the CPU (cuda_emulation.cc: each launch
+rewritten into an emulated grid of blocks whose threads are fibers meeting at every barrier and
+shuffle), checked like on a GPU (kernel_checks.py): every op x float32/float16/bfloat16 forward
+against the spec's cases and float64 references on each launch path, backward against float64
+gradients, at aligned and unaligned views, nothing written outside the outputs. The GPU runs the
+same checks and more (gpu/)."""
+import ctypes
+import re
+import subprocess
+from pathlib import Path
+
+import cuda_tools
+import kernel_checks as checks
+import pytest
+from cuda_harness import Kernels
+
+import opforge_spec as spec
+
+HERE = Path(__file__).parent
+LAUNCH = re.compile(r"([\w:]+(?:<[^<>;]*>)?)\s*<<<(.*?)>>>", re.S)
+MAX_ELEMENTS = 150_000  # the emulation runs a few million threads a second
+OPS = list(spec.OPS.values())
+# an offset-by-one output takes the same (scalar) kernels as an offset-by-one input alone
+VIEWS = [v for v in checks.VIEWS if v != "all_off_by_one"]
+
+
+def build(folder: Path) -> str:
+    cuda_include = cuda_tools.toolkit_include()
+    if cuda_include is None:
+        return ""
+    source = (spec.include_dir() / "opforge" / "kernels" / "cuda.cuh").read_text()
+    emulated, launches = LAUNCH.subn(r"emulated_launch(\1, \2)", source)
+    assert launches == source.count("<<<") > 0, "a launch the rewrite does not recognize"
+    header = folder / "opforge" / "kernels" / "cuda.cuh"
+    header.parent.mkdir(parents=True)
+    header.write_text(emulated)
+    out = folder / "libopforge_emulation.so"
+    done = subprocess.run(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", f"-I{folder}",
+                           f"-I{spec.include_dir()}", "-isystem", str(cuda_include),
+                           str(HERE / "cuda_emulation.cc"), "-o", str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def emulated(run_once) -> Kernels:
+    built = run_once("cuda_emulation", build)
+    if not built:
+        pytest.skip("no CUDA toolkit headers (set OPFORGE_CUDA_HOME): the kernels are not emulated")
+    return Kernels(ctypes.CDLL(built))
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("op", OPS, ids=list(spec.OPS))
+def test_forward_matches_the_spec_cases(emulated, op, dtype, view):
+    checks.check_spec_cases(emulated, op, dtype, view)
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("op", OPS, ids=list(spec.OPS))
+def test_forward_matches_the_reference_on_every_launch_path(emulated, op, dtype, view):
+    checks.check_launch_paths(emulated, op, dtype, view, MAX_ELEMENTS)
+
+
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("op", OPS, ids=list(spec.OPS))
+def test_backward_matches_the_float64_gradient(emulated, op, dtype, view):
+    checks.check_backward(emulated, op, dtype, view, MAX_ELEMENTS)
+
+
+def test_rms_norm_backward_of_no_rows_gives_zero_dw(emulated):
+    checks.check_rms_norm_backward_of_no_rows(emulated)
