@@ -2,12 +2,16 @@
 
   python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm,SwiGLU] [--layers torch,ort]
                       [--threads 1,all] [--repeat 20] [--budget 8]
+  python bench/run.py --device cuda [--quick] [--out DIR] [--ops ...] [--time-limit SECONDS]
 
 Writes OUT/bench.json, OUT/bench.md (tables, targets met/missed), OUT/bench_<op>_<layer>.png and
 the stage result ($OPFORGE_STAGE_RESULT: headline ratios). Not a test: it never fails on slow
 numbers; it exits non-zero only if it could not measure. --quick: 3 sizes (16 KiB to 64 MiB of
 input), for CI smoke runs; the full run goes to >= 4x the last-level cache, but never beyond what
 half of the available memory holds (bench.json records the peak RSS).
+
+--device cuda: the GPU bench (opforge_bench/gpu*.py, bench/README.md); --quick there: the largest
+shapes only. Without a GPU it writes the same report, every part `skipped: no GPU`.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from opforge_bench import measure, report, timing
+from opforge_bench import timing
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,7 +31,9 @@ def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "bench")
-    parser.add_argument("--ops", default="Swish,RMSNorm,SwiGLU")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--ops", default="", help="comma list (default: Swish,RMSNorm,SwiGLU on the "
+                                                  "CPU, every op of the spec on the GPU)")
     parser.add_argument("--layers", default="torch,ort")
     parser.add_argument("--threads", default="1,all", help="comma list; 'all' = every CPU we may use")
     parser.add_argument("--sizes", default="", help="comma list of element counts (default: by LLC)")
@@ -35,6 +41,9 @@ def parse(argv):
     parser.add_argument("--budget", type=float, default=8.0, metavar="SECONDS",
                         help="timed rounds of one op, size and layer stop after this many seconds "
                              f"(each variant keeps at least {timing.MIN_RUNS} runs)")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="--device cuda: measure no new shape after this many seconds (the "
+                             "targets' shapes come first)")
     return parser.parse_args(argv)
 
 
@@ -50,6 +59,16 @@ def versions() -> dict:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.device == "cuda":
+        from opforge_bench import gpu_run
+
+        return gpu_run.main(args)
+    return cpu_main(args)
+
+
+def cpu_main(args) -> int:
+    from opforge_bench import measure, report
+
     host = timing.host_info()
     threads = [host["cpus_available"] if t == "all" else int(t) for t in args.threads.split(",")]
     threads = list(dict.fromkeys(threads))
@@ -57,7 +76,8 @@ def main(argv=None) -> int:
              else timing.sizes(quick=args.quick, llc=host["llc_bytes"],
                                memory=host["memory_available_bytes"]))
     print(f"bench: sizes {sizes}, threads {threads}, load {host['loadavg_1m_at_start']:.2f}")
-    data = measure.run_all(ops=args.ops.split(","), layers=set(args.layers.split(",")),
+    data = measure.run_all(ops=(args.ops or "Swish,RMSNorm,SwiGLU").split(","),
+                           layers=set(args.layers.split(",")),
                            threads_list=threads, sizes=sizes, repeat=args.repeat,
                            budget_s=args.budget)
     host["loadavg_1m_at_end"] = os.getloadavg()[0]

@@ -25,7 +25,7 @@ def _model(nodes, inputs, initializers=(), opsets=(("", OPSET),), ir_version=8) 
     return model.SerializeToString()
 
 
-def swish_models() -> dict:
+def swish_models(cols: int = COLS) -> dict:
     x = [("X", ["n"])]
     return {
         "composed": _model([helper.make_node("Sigmoid", ["X"], ["S"]),
@@ -38,9 +38,9 @@ def swish_models() -> dict:
     }
 
 
-def rms_norm_models() -> dict:
-    x = [("X", ["rows", COLS])]
-    w = onnx.numpy_helper.from_array((np.random.default_rng(0).random(COLS) + 0.5)
+def rms_norm_models(cols: int = COLS) -> dict:
+    x = [("X", ["rows", cols])]
+    w = onnx.numpy_helper.from_array((np.random.default_rng(0).random(cols) + 0.5)
                                      .astype(np.float32), "W")
     two = onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two")
     eps = onnx.numpy_helper.from_array(np.array(EPS, np.float32), "eps")
@@ -64,8 +64,8 @@ def rms_norm_models() -> dict:
     }
 
 
-def swiglu_models() -> dict:
-    x = [("X", ["rows", 2 * COLS])]
+def swiglu_models(cols: int = COLS) -> dict:
+    x = [("X", ["rows", 2 * cols])]
     composed = [helper.make_node("Split", ["X"], ["A", "B"], axis=-1),  # two equal halves
                 helper.make_node("Sigmoid", ["A"], ["S"]),
                 helper.make_node("Mul", ["A", "S"], ["G"]),

@@ -120,3 +120,11 @@ def test_gpu_cells_install_onnxruntime_gpu_and_the_host_does_not(live):
         assert not any(pin.startswith("onnxruntime==") for pin in pins)
     for cell in mx.expand(live, "host")[0]:
         assert f"onnxruntime=={cell.values['ort']}" in venvs.requirements(live, cell, "ort")
+
+
+def test_the_gpu_check_finds_what_it_carries_in_matrix_yaml(live):
+    from ci import gpu_check
+
+    pyproject = (REPO / "packages" / "ort_plugin" / "pyproject.toml").read_text()
+    assert gpu_check.carried_requirements(live.tools, pyproject)[0] == \
+        f"liger-kernel=={live.tools['liger-kernel']}"

@@ -1,0 +1,133 @@
+"""The ONNX Runtime layer of the GPU bench: opforge_ort's CUDA kernels against ORT's own fused
+CUDA ops (SimplifiedLayerNormalization, QuickGelu) and the decomposed graph with and without ORT's
+fusions, on the CUDA execution provider (onnxruntime-gpu); fp32 forward at the largest shapes
+(the graphs of ort_variants), IOBinding into a preallocated output on the device.
+
+A host clock around each run: ORT synchronizes its CUDA stream at the end of a run. Every node
+must run on the GPU (no silent fallback to the CPU kernels). device="cpu" runs the same code on
+the CPU execution provider (bench/tests)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import gpu
+from . import gpu_report as plan
+
+OPS = ("Swish", "RMSNorm", "SwiGLU")  # the ops ort_variants has graphs for
+
+
+def unavailable(device: str) -> str:
+    """"" when ORT can run on `device` here, else why not."""
+    try:
+        import onnxruntime as ort
+    except ImportError as err:
+        return f"onnxruntime not importable: {gpu.why(err)}"
+    if device == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
+        return (f"onnxruntime {ort.__version__} has no CUDAExecutionProvider (a CPU build; "
+                "onnxruntime-gpu has it)")
+    return ""
+
+
+def _library(device: str) -> tuple:
+    """(opforge_ort's library or None, why not)."""
+    try:
+        import opforge_ort
+    except ImportError as err:
+        return None, f"opforge_ort not importable: {gpu.why(err)}"
+    if device == "cuda" and not opforge_ort.build_info().get("cuda"):
+        return None, "opforge_ort was built without CUDA (no OPFORGE_CUDA_HOME)"
+    return opforge_ort.library_path(), ""
+
+
+def _session(model: bytes, level, device: str, lib):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    options.log_severity_level = 3
+    if lib:
+        options.register_custom_ops_library(lib)
+    if device == "cuda":
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    return ort.InferenceSession(model, options, providers=providers)
+
+
+def sessions(op: str, width: int, device: str) -> tuple:
+    """({variant: session}, {variant: why not})."""
+    import onnxruntime as ort
+
+    from . import ort_variants
+
+    levels = ort.GraphOptimizationLevel
+    lib, no_lib = _library(device)
+    made, missing = {}, {}
+    for name, model in ort_variants.MODELS[op](width).items():
+        if name == "opforge_ort" and not lib:
+            missing[f"ORT {name}"] = no_lib
+            continue
+        wanted = ([("ORT composed, no fusion (ORT_DISABLE_ALL)", levels.ORT_DISABLE_ALL),
+                   ("ORT composed (ORT_ENABLE_ALL)", levels.ORT_ENABLE_ALL)] if name == "composed"
+                  else [(f"ORT {name}" if name != "opforge_ort" else "opforge_ort", levels.ORT_ENABLE_ALL)])
+        for label, level in wanted:
+            try:
+                made[label] = _session(model, level, device, lib if name == "opforge_ort" else None)
+            except Exception as err:  # noqa: BLE001  e.g. an op without a CUDA kernel: reported
+                missing[label] = gpu.why(err)
+    return made, missing
+
+
+def _shapes(op: str, tokens: int, width: int) -> tuple:
+    if op == "Swish":
+        return (tokens * width,), (tokens * width,)
+    if op == "SwiGLU":
+        return (tokens, 2 * width), (tokens, width)
+    return (tokens, width), (tokens, width)
+
+
+def _runner(sess, x: np.ndarray, out_shape: tuple, device: str):
+    import onnxruntime as ort
+
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("X", ort.OrtValue.ortvalue_from_numpy(x, device, 0))
+    y = ort.OrtValue.ortvalue_from_shape_and_type(out_shape, np.float32, device, 0)
+    binding.bind_ortvalue_output("Y", y)
+    return (lambda: sess.run_with_iobinding(binding)), y
+
+
+def measure_op(op: str, tokens: int, width: int, *, device: str, reasons: dict) -> list:
+    """Rows of the ORT variants of one op (layer "ort"), each against a copy of the same bytes."""
+    in_shape, out_shape = _shapes(op, tokens, width)
+    x = np.random.default_rng(0).standard_normal(in_shape, dtype=np.float32)
+    moved = 4 * (x.size + int(np.prod(out_shape)) + (width if op == "RMSNorm" else 0))
+    timer = gpu.CudaTimer(torch.device("cuda")) if device == "cuda" else gpu.HostTimer()
+    copy = gpu._time_copy(moved, device, timer, flush=False)
+    base = {"layer": "ort", "op": op, "dtype": "float32", "mode": "forward", "tokens": tokens,
+            "width": width, "bytes": moved, "l2_flushed": False,
+            "copy_gbps": moved / copy.median_s / 1e9}
+    made, missing = sessions(op, width, device)
+    reasons.update({f"{op} {k}": v for k, v in missing.items()})
+    rows, reference = [], None
+    for label, sess in made.items():
+        fn, y = _runner(sess, x, out_shape, device)
+        timing = gpu.measure(fn, gpu.HostTimer(), flush=False)
+        sample = y.numpy().reshape(-1)[: 1 << 20]
+        reference = sample if reference is None else reference
+        scale = max(float(np.abs(reference).max()), 1e-30)
+        rows.append({**gpu._row(base, label, timing),
+                     "max_rel_diff": float(np.abs(sample - reference).max()) / scale})
+    return rows
+
+
+def measure_all(*, device: str, ops=OPS, tokens: int | None = None, log=print) -> dict:
+    """Every ORT op at its largest shape (or `tokens` x the smallest width, for a quick check)."""
+    why = unavailable(device)
+    if why:
+        return {"rows": [], "not_measured": {"ONNX Runtime": why}, "state": f"skipped: {why}"}
+    rows, reasons = [], {}
+    for op in ops:
+        t, w = plan.largest(op) if tokens is None else (tokens, min(plan.widths(op)))
+        rows += measure_op(op, t, w, device=device, reasons=reasons)
+        log(f"  ORT {op} [{t}, {w}]: {len(rows)} rows")
+    return {"rows": rows, "not_measured": reasons, "state": "measured"}
