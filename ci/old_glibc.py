@@ -6,9 +6,9 @@ they reference. This runs them on a real older glibc: the Debian release of the 
 private mount namespace, with its own python3 and the pins listed there, installed offline from
 wheels fetched on this machine for that python. In it:
 
-- opforge-ort runs Swish, RMSNorm and SwiGLU in that ONNX Runtime, checked against opforge-spec's
+- opforge-ort runs every op of the spec in that ONNX Runtime, checked against opforge-spec's
   float64 references within its float32 tolerances;
-- opforge-loader loads its shipped plugins and runs the same three ops;
+- opforge-loader loads its shipped plugins and runs the same ops;
 - opforge-torch's library (its wheel needs Python >= 3.10, which that release may lack) is loaded
   with RTLD_NOW after torch's own libraries: every symbol it binds resolves (dlsym, pthread, libstdc++)
   and its operator registration runs.
@@ -38,12 +38,12 @@ work = sys.argv[1]  # the work folder, as the chroot sees it
 print("glibc", os.confstr("CS_GNU_LIBC_VERSION").split()[-1], "python", sys.version.split()[0])
 import opforge_spec as spec
 
-rng = np.random.default_rng(0)
-x = rng.standard_normal((3, 5, 8)).astype(np.float32)
-w = rng.standard_normal(8).astype(np.float32)
-ops = {"Swish": spec.SWISH, "RMSNorm": spec.RMS_NORM, "SwiGLU": spec.SWIGLU}
-inputs = {"Swish": [x], "RMSNorm": [x, w], "SwiGLU": [x]}
-attrs = {"Swish": {"beta": 1.5}, "RMSNorm": {"epsilon": 1e-5}, "SwiGLU": {"beta": 1.5}}
+ops = spec.OPS
+# Per op of the spec, its first case with attributes set (their passing is checked too), if any.
+cases = {name: next((c for c in op.cases("float32") if c.attrs), op.cases("float32")[0])
+         for name, op in ops.items()}
+inputs = {name: [np.asarray(a, np.float32) for a in case.inputs] for name, case in cases.items()}
+attrs = {name: case.attrs for name, case in cases.items()}
 expected = {op: ops[op].reference(*inputs[op], **attrs[op]) for op in ops}
 
 
@@ -65,7 +65,7 @@ from onnx import TensorProto, helper
 import opforge_ort
 
 for op, feeds in inputs.items():
-    names = ["X", "W"][: len(feeds)]
+    names = list(ops[op].inputs)
     node = helper.make_node(op, names, ["Y"], domain="opforge", **attrs[op])
     graph = helper.make_graph(
         [node], op, [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
@@ -76,14 +76,14 @@ for op, feeds in inputs.items():
     session = ort.InferenceSession(model.SerializeToString(), opforge_ort.session_options(),
                                    providers=["CPUExecutionProvider"])
     agree("onnxruntime " + ort.__version__, session.run(None, dict(zip(names, feeds)))[0], op)
-print("opforge_ort: Swish, RMSNorm, SwiGLU in onnxruntime", ort.__version__)
+print("opforge_ort:", ", ".join(ops), "in onnxruntime", ort.__version__)
 
 import opforge_loader
 
 registry = opforge_loader.Registry(opforge_loader.plugin_dir())
 for op, feeds in inputs.items():
     agree("opforge_loader", registry.run(op, feeds, attrs[op]), op)
-print("opforge_loader: Swish, RMSNorm, SwiGLU through the shipped plugin")
+print("opforge_loader:", ", ".join(ops), "through the shipped plugin")
 '''
 
 # Inside a private mount namespace: proc, and the work folder (torch's libraries bound into its

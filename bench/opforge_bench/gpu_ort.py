@@ -79,11 +79,13 @@ def sessions(op: str, width: int, device: str) -> tuple:
 
 
 def _shapes(op: str, tokens: int, width: int) -> tuple:
-    if op == "Swish":
+    """(X's shape, Y's shape) by the spec's shape rule."""
+    import opforge_spec
+
+    spec = opforge_spec.OPS[op]
+    if spec.layout == "elementwise":
         return (tokens * width,), (tokens * width,)
-    if op == "SwiGLU":
-        return (tokens, 2 * width), (tokens, width)
-    return (tokens, width), (tokens, width)
+    return (tokens, spec.split * width), (tokens, width)
 
 
 def _runner(sess, x: np.ndarray, out_shape: tuple, device: str):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import opforge_spec
 from onnx import TensorProto, helper
 
 from .torch_variants import COLS, EPS
@@ -33,15 +34,12 @@ def swish_models(cols: int = COLS) -> dict:
         "QuickGelu (com.microsoft)": _model(
             [helper.make_node("QuickGelu", ["X"], ["Y"], domain="com.microsoft", alpha=1.0)], x,
             opsets=(("", OPSET), ("com.microsoft", 1))),
-        "opforge_ort": _model([helper.make_node("Swish", ["X"], ["Y"], domain="opforge", beta=1.0)],
-                              x, opsets=(("", OPSET), ("opforge", 1))),
     }
 
 
 def rms_norm_models(cols: int = COLS) -> dict:
     x = [("X", ["rows", cols])]
-    w = onnx.numpy_helper.from_array((np.random.default_rng(0).random(cols) + 0.5)
-                                     .astype(np.float32), "W")
+    w = _weight(cols)
     two = onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two")
     eps = onnx.numpy_helper.from_array(np.array(EPS, np.float32), "eps")
     composed = [helper.make_node("Pow", ["X", "two"], ["sq"]),
@@ -58,9 +56,6 @@ def rms_norm_models(cols: int = COLS) -> dict:
         "RMSNormalization (opset 23)": _model(
             [helper.make_node("RMSNormalization", ["X", "W"], ["Y"], axis=-1, epsilon=EPS)], x,
             [w], opsets=(("", 23),), ir_version=11),
-        "opforge_ort": _model([helper.make_node("RMSNorm", ["X", "W"], ["Y"], domain="opforge",
-                                                epsilon=EPS)], x, [w],
-                              opsets=(("", OPSET), ("opforge", 1))),
     }
 
 
@@ -72,12 +67,29 @@ def swiglu_models(cols: int = COLS) -> dict:
                 helper.make_node("Mul", ["G", "B"], ["Y"])]
     return {
         "composed": _model(composed, x),
-        "opforge_ort": _model([helper.make_node("SwiGLU", ["X"], ["Y"], domain="opforge", beta=1.0)],
-                              x, opsets=(("", OPSET), ("opforge", 1))),
     }
 
 
-MODELS = {"Swish": swish_models, "RMSNorm": rms_norm_models, "SwiGLU": swiglu_models}
+def _weight(cols: int):
+    return onnx.numpy_helper.from_array((np.random.default_rng(0).random(cols) + 0.5)
+                                        .astype(np.float32), "W")
+
+
+def opforge_model(op: str, cols: int = COLS) -> bytes:
+    """One opforge node with the spec's attribute defaults; X by the spec's shape rule, W (a
+    per-column weight) an initializer, as in the composed graphs."""
+    spec = opforge_spec.OPS[op]
+    x = [("X", ["n"] if spec.layout == "elementwise" else ["rows", spec.split * cols])]
+    node = helper.make_node(op, list(spec.inputs), ["Y"], domain=opforge_spec.DOMAIN, **spec.defaults())
+    return _model([node], x, [_weight(cols)] if len(spec.inputs) == 2 else [],
+                  opsets=(("", OPSET), (opforge_spec.DOMAIN, opforge_spec.DOMAIN_VERSION)))
+
+
+# ORT's own forms of an op (composed graph, fused contrib ops) that opforge_ort competes with.
+COMPETITORS = {"Swish": swish_models, "RMSNorm": rms_norm_models, "SwiGLU": swiglu_models}
+MODELS = {op: (lambda cols=COLS, op=op: {**(COMPETITORS[op](cols) if op in COMPETITORS else {}),
+                                        "opforge_ort": opforge_model(op, cols)})
+          for op in opforge_spec.OPS}
 
 
 def library() -> str | None:

@@ -5,10 +5,11 @@ Every variant of one op and size works on the same arrays (`inputs`): only X, W,
 one scratch buffer are alive besides the allocating variants' transient results."""
 from __future__ import annotations
 
+import opforge_spec
 import torch
 import torch.nn.functional as F
 
-COLS = 4096  # RMSNorm row length and SwiGLU's d (a common hidden size)
+COLS = 4096  # a row op's row length, a split op's part (a common hidden size)
 EPS = 1e-6
 
 
@@ -26,16 +27,17 @@ def has_out_overloads() -> bool:
 
 
 def input_shape(op: str, n: int) -> tuple:
-    """X's shape for about n input elements: Swish [n], RMSNorm [rows, COLS], SwiGLU [rows, 2*COLS]."""
-    if op == "Swish":
+    """X's shape for about n input elements by the spec's shape rule: an elementwise op [n], a row
+    op [rows, COLS], an op splitting the last axis in k parts [rows, k*COLS]."""
+    spec = opforge_spec.OPS[op]
+    if spec.layout == "elementwise":
         return (n,)
-    cols = 2 * COLS if op == "SwiGLU" else COLS
+    cols = spec.split * COLS
     return (max(n // cols, 1), cols)
 
 
 def output_shape(op: str, n: int) -> tuple:
-    shape = input_shape(op, n)
-    return (shape[0], COLS) if op == "SwiGLU" else shape
+    return opforge_spec.OPS[op].output_shape(input_shape(op, n))
 
 
 def inputs(op: str, n: int) -> dict:
@@ -54,10 +56,6 @@ def swish_variants(inp: dict) -> dict:
         "F.silu": (lambda: F.silu(x), True),
         "F.silu out=": (lambda: torch.ops.aten.silu.out(x, out=y), False),
     }
-    if not available():
-        out["opforge_torch"] = (lambda: torch.ops.opforge.swish(x, 1.0), True)
-    if has_out_overloads():
-        out["opforge_torch out="] = (lambda: torch.ops.opforge.swish.out(x, 1.0, out=y), False)
     return out
 
 
@@ -77,10 +75,6 @@ def rms_norm_variants(inp: dict) -> dict:
         "torch composed out=": (composed_out, False),
         "F.rms_norm": (lambda: F.rms_norm(x, (COLS,), w, EPS), True),
     }
-    if not available():
-        out["opforge_torch"] = (lambda: torch.ops.opforge.rms_norm(x, w, EPS), True)
-    if has_out_overloads():
-        out["opforge_torch out="] = (lambda: torch.ops.opforge.rms_norm.out(x, w, EPS, out=y), False)
     return out
 
 
@@ -91,9 +85,6 @@ def swiglu_variants(inp: dict) -> dict:
         "torch composed F.silu(a) * b": (lambda: F.silu(a) * b, True),
         "torch composed out=": (lambda: torch.mul(torch.ops.aten.silu.out(a, out=tmp), b, out=y), False),
     }
-    if not available() and hasattr(torch.ops.opforge, "swiglu"):
-        out["opforge_torch"] = (lambda: torch.ops.opforge.swiglu(x, 1.0), True)
-        out["opforge_torch out="] = (lambda: torch.ops.opforge.swiglu.out(x, 1.0, out=y), False)
     return out
 
 
@@ -122,4 +113,35 @@ def set_threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
-VARIANTS = {"Swish": swish_variants, "RMSNorm": rms_norm_variants, "SwiGLU": swiglu_variants}
+# torch's own forms of an op beside its composed form (what opforge_torch competes with).
+COMPETITORS = {"Swish": swish_variants, "RMSNorm": rms_norm_variants, "SwiGLU": swiglu_variants}
+
+
+def _tensors(spec: opforge_spec.OpSpec, inp: dict) -> tuple:
+    return (inp["x"], inp["w"])[: len(spec.inputs)]
+
+
+def opforge_variants(op: str, inp: dict) -> dict:
+    """opforge_torch's op (the spec's attribute defaults) and its .out overload, for every op."""
+    spec = opforge_spec.OPS[op]
+    tensors, attrs, y = _tensors(spec, inp), tuple(spec.defaults().values()), inp["y"]
+    if available() or not hasattr(torch.ops.opforge, spec.torch_name):
+        return {}
+    fused = getattr(torch.ops.opforge, spec.torch_name)
+    out = {"opforge_torch": (lambda: fused(*tensors, *attrs), True)}
+    if has_out_overloads():
+        out["opforge_torch out="] = (lambda: fused.out(*tensors, *attrs, out=y), False)
+    return out
+
+
+def variants(op: str, inp: dict) -> dict:
+    """{name: (callable, allocating)}: torch's forms (the spec's composed form where no others are
+    listed), then opforge_torch's."""
+    spec = opforge_spec.OPS[op]
+    tensors = _tensors(spec, inp)
+    theirs = COMPETITORS[op](inp) if op in COMPETITORS else {
+        "torch composed": (lambda: spec.composed(*tensors), True)}
+    return {**theirs, **opforge_variants(op, inp)}
+
+
+VARIANTS = {op: (lambda inp, op=op: variants(op, inp)) for op in opforge_spec.OPS}

@@ -2,12 +2,11 @@
 
 # Installs `target` (its file named by its SONAME, `library`) with build_info.json and
 # `<library>.manifest.json`, both configured from the package's cmake/*.json.in. The manifest's
-# `ops` are cmake/manifest_ops.json (generated from the op spec), its sha256 is taken from the file
-# as installed (after any install-time strip).
+# `ops` are OPFORGE_MANIFEST_OPS of cmake/manifest_ops_generated.cmake (generated from the op
+# spec), its sha256 is taken from the file as installed (after any install-time strip).
 function(opforge_install_library target library who)
-  set(ops_file "${CMAKE_CURRENT_SOURCE_DIR}/cmake/manifest_ops.json")
-  file(READ "${ops_file}" OPFORGE_MANIFEST_OPS)
-  string(STRIP "${OPFORGE_MANIFEST_OPS}" OPFORGE_MANIFEST_OPS)
+  set(ops_file "${CMAKE_CURRENT_SOURCE_DIR}/cmake/manifest_ops_generated.cmake")
+  include("${ops_file}")
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${ops_file}")
   configure_file(cmake/build_info.json.in build_info.json @ONLY)
   configure_file(cmake/manifest.json.in ${library}.manifest.json.in @ONLY)

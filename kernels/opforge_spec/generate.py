@@ -7,10 +7,15 @@ when one is stale.
   op (``kOps``) for every C++ layer (torch, ONNX Runtime, TensorRT, loader plugins), included by
   ``attrs.h``; ``shapes.h`` applies the shape rule;
 - ``packages/torch_ext/csrc/schema_generated.h``: the torch schema strings (op, backward, ``.out``);
+- ``packages/torch_ext/src/opforge_torch/_ops_generated.py``: the Python entry points ``opforge_torch.<op>``;
 - ``_spec_generated.py`` in opforge_ort and opforge_trt (which do not depend on opforge_spec):
   domain, version, op names and their attribute (= TensorRT field) with its default;
-- ``cmake/manifest_ops.json`` in ort_plugin and trt_plugin: the ``ops`` of their plugin manifests
-  (every op of the spec, each with the domain version).
+- ``cmake/manifest_ops_generated.cmake`` in ort_plugin and trt_plugin: the ``ops`` of their plugin manifests
+  (every op of the spec, each with the domain version);
+- ``packages/loader/cmake/nn_ops_generated.cmake``: the ``OPS`` of the loader's nn plugin.
+
+Every C++ op table expands ``OPFORGE_FOR_EACH_OP(X)`` (``X(Name)`` per op, in spec order; the
+op's kernel bindings are ``Name##Kernel`` in cpu_ops.h and cuda_ops.cuh), so no layer lists ops.
 """
 from __future__ import annotations
 
@@ -63,6 +68,8 @@ def kernels_header() -> str:
                      f"{op.split}, {cpp_string(op.extra.get('x_expected', ''))}}};")
     lines.append("inline constexpr const OpDesc* kOps[] = {"
                  + ", ".join(f"&k{op.name}Op" for op in OPS.values()) + "};")
+    lines += ["", "// Every op, for the layers' tables: X(Name) expands to one entry per op.",
+              "#define OPFORGE_FOR_EACH_OP(X) " + " ".join(f"X({op.name})" for op in OPS.values())]
     lines += ["", "// Shape rules' expectations, for error_text(op, input, expected, got) (shapes.h).",
               f"inline constexpr const char* kRankAtLeast1 = {cpp_string(RANK_AT_LEAST_1)};",
               "// W (a per-column weight): kWeightExpected + <last dim of X> + kWeightSuffix",
@@ -101,19 +108,44 @@ def python_module() -> str:
             f"ATTRIBUTES = {attributes!r}\n")
 
 
+def torch_wrappers() -> str:
+    """opforge_torch's Python entry points: `<op>(tensors..., attrs=defaults, *, out=None)`."""
+    lines = [f'"""{HEADER[3:].strip()}', "", "opforge_torch.<op> for every op: the op, or with `out=` its .out overload",
+             '(which writes `out` and returns nothing), then `out`."""', "", "import torch", "",
+             f"__all__ = {[op.torch_name for op in OPS.values()]!r}", "", "",
+             "def _call(op, args: tuple, out):", "    if out is None:", "        return op.default(*args)",
+             "    op.out(*args, out=out)", "    return out", ""]
+    for op in OPS.values():
+        tensors = [TORCH_ARGS[i] for i in op.inputs]
+        attrs = [f"{name}: float = {a.default!r}" for name, a in op.attributes.items()]
+        params = ", ".join([*tensors, *attrs, "*", "out=None"])
+        args = ", ".join([*tensors, *op.attributes]) + ("," if len(op.inputs) + len(op.attributes) == 1 else "")
+        lines += ["", f"def {op.torch_name}({params}):", f'    """{op.doc}."""',
+                  f"    return _call(torch.ops.opforge.{op.torch_name}, ({args}), out)", ""]
+    return "\n".join(lines)
+
+
 def manifest_ops() -> str:
     """The `ops` list of a plugin manifest that registers every op (packages/loader/manifest.schema.json)."""
     ops = [{"domain": DOMAIN, "name": op.name, "version": DOMAIN_VERSION} for op in OPS.values()]
-    return json.dumps(ops) + "\n"
+    return f"{HEADER.replace('//', '#', 1)}set(OPFORGE_MANIFEST_OPS [=[{json.dumps(ops)}]=])\n"
+
+
+def loader_nn_ops() -> str:
+    """The loader's nn plugin ops, as opforge_add_plugin's OPS arguments."""
+    ops = " ".join(f"{DOMAIN}:{op.name}:{DOMAIN_VERSION}" for op in OPS.values())
+    return f"{HEADER.replace('//', '#', 1)}set(OPFORGE_NN_OPS {ops})\n"
 
 
 def outputs(root: Path) -> dict:
     return {root / "kernels/include/opforge/kernels/ops_generated.h": kernels_header(),
             root / "packages/torch_ext/csrc/schema_generated.h": torch_header(),
+            root / "packages/torch_ext/src/opforge_torch/_ops_generated.py": torch_wrappers(),
             root / "packages/ort_plugin/src/opforge_ort/_spec_generated.py": python_module(),
             root / "packages/trt_plugin/src/opforge_trt/_spec_generated.py": python_module(),
-            root / "packages/ort_plugin/cmake/manifest_ops.json": manifest_ops(),
-            root / "packages/trt_plugin/cmake/manifest_ops.json": manifest_ops()}
+            root / "packages/ort_plugin/cmake/manifest_ops_generated.cmake": manifest_ops(),
+            root / "packages/trt_plugin/cmake/manifest_ops_generated.cmake": manifest_ops(),
+            root / "packages/loader/cmake/nn_ops_generated.cmake": loader_nn_ops()}
 
 
 def repository_root() -> Path:

@@ -106,6 +106,12 @@ class OpSpec:
     # split k > 1: X's last axis holds k equal parts (non-empty), Y's last axis is one part.
     layout: str = "elementwise"
     split: int = 1
+    # The op written with standard torch tensor methods (no torch import here): what align
+    # compares opforge_torch against and what bench times as the composed form.
+    composed: Callable | None = None
+    # A second float64 numpy formula, written unlike reference_impl on purpose: the reference
+    # evaluator's independent opinion on what an exported graph means (opforge-align's refeval).
+    independent: Callable | None = None
 
     @property
     def attr(self) -> Attr:
@@ -176,6 +182,14 @@ def swish_reference(x: np.ndarray, beta: float) -> np.ndarray:
     return x * np.where(t >= 0, r, e * r)
 
 
+def swish_composed(x, beta: float = 1.0):
+    return x * (beta * x).sigmoid()
+
+
+def swish_independent(x: np.ndarray, beta: float) -> np.ndarray:
+    return x / (1.0 + np.exp(-beta * x))  # exp overflow -> x/inf = 0: the right limit
+
+
 def _swish_cases(rng: np.random.Generator, dtype: str) -> list:
     tiny = float(np.finfo(np.float16).smallest_subnormal) if dtype == "float16" else 1e-40
     return [
@@ -221,6 +235,8 @@ SWISH = OpSpec(
     case_builder=_swish_cases,
     bad_case_builder=_swish_bad_cases,
     doc="Y = X * sigmoid(beta * X), elementwise, any shape",
+    composed=swish_composed,
+    independent=swish_independent,
 )
 
 
@@ -232,6 +248,23 @@ def rms_norm_reference(x: np.ndarray, w: np.ndarray, epsilon: float) -> np.ndarr
     denom = np.mean(x * x, axis=-1, keepdims=True) + epsilon
     inv = np.where(denom == 0, 0.0, 1.0 / np.sqrt(np.where(denom == 0, 1.0, denom)))
     return x * inv * w
+
+
+def rms_norm_composed(x, w, epsilon: float = 1e-6):
+    """In float64 for float64, else in float32 (as RMSNorm is usually written); rows of zeros
+    give 0, as the spec asks."""
+    xa = x if x.dtype.itemsize == 8 else x.float()
+    wa = w.to(xa.dtype)
+    denom = xa.pow(2).mean(dim=-1, keepdim=True) + epsilon
+    inv = denom.rsqrt().masked_fill(denom == 0, 0.0)
+    return (xa * inv * wa).to(x.dtype)
+
+
+def rms_norm_independent(x: np.ndarray, w: np.ndarray, epsilon: float) -> np.ndarray:
+    if x.shape[-1] == 0:
+        return np.zeros_like(x)
+    denom = np.mean(np.square(x), axis=-1, keepdims=True) + epsilon
+    return np.where(denom == 0.0, 0.0, x / np.sqrt(denom)) * w
 
 
 def _rms_norm_cases(rng: np.random.Generator, dtype: str) -> list:
@@ -292,6 +325,8 @@ RMS_NORM = OpSpec(
     doc="Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0",
     layout="rows",
     extra={"w_expected": WEIGHT_EXPECTED},  # around X's last dim
+    composed=rms_norm_composed,
+    independent=rms_norm_independent,
 )
 
 
@@ -300,6 +335,16 @@ RMS_NORM = OpSpec(
 def swiglu_reference(x: np.ndarray, beta: float) -> np.ndarray:
     d = x.shape[-1] // 2
     return swish_reference(x[..., :d], beta) * x[..., d:]
+
+
+def swiglu_composed(x, beta: float = 1.0):
+    a, b = x.chunk(2, dim=-1)
+    return a * (beta * a).sigmoid() * b
+
+
+def swiglu_independent(x: np.ndarray, beta: float) -> np.ndarray:
+    a, b = np.split(x, 2, axis=-1)
+    return a / (1.0 + np.exp(-beta * a)) * b
 
 
 def _swiglu_cases(rng: np.random.Generator, dtype: str) -> list:
@@ -352,6 +397,8 @@ SWIGLU = OpSpec(
     extra={"x_expected": "a tensor of rank >= 1 whose last dim is even and >= 2"},
     layout="rows",
     split=2,
+    composed=swiglu_composed,
+    independent=swiglu_independent,
 )
 
 

@@ -1,4 +1,4 @@
-// Fuzz target: bytes -> a TensorRT PluginFieldCollection -> both opforge creators' createPlugin,
+// Fuzz target: bytes -> a TensorRT PluginFieldCollection -> every opforge creator's createPlugin,
 // in the build phase (ONNX node attributes) and the runtime phase (an engine's serialized state),
 // the way TensorRT calls them: through getCreators() and setLoggerFinder().
 //
@@ -234,32 +234,30 @@ void run_creator(nvinfer1::IPluginCreatorV3One* creator, const kernels::AttrSpec
   }
 }
 
-struct Creators {
-  nvinfer1::IPluginCreatorV3One* swish = nullptr;
-  nvinfer1::IPluginCreatorV3One* rms_norm = nullptr;
-};
-
-Creators find_creators() {
+// One creator per op of the spec (kOps), in kOps' order.
+std::vector<nvinfer1::IPluginCreatorV3One*> find_creators() {
   setLoggerFinder(&g_finder);
   int32_t n = 0;
   nvinfer1::IPluginCreatorInterface* const* all = getCreators(n);
-  Creators found;
-  for (int32_t i = 0; i < n; ++i) {
-    auto* creator = static_cast<nvinfer1::IPluginCreatorV3One*>(all[i]);
-    if (std::strcmp(creator->getPluginName(), "Swish") == 0) found.swish = creator;
-    if (std::strcmp(creator->getPluginName(), "RMSNorm") == 0) found.rms_norm = creator;
+  std::vector<nvinfer1::IPluginCreatorV3One*> found;
+  for (const kernels::OpDesc* op : kernels::kOps) {
+    nvinfer1::IPluginCreatorV3One* match = nullptr;
+    for (int32_t i = 0; i < n; ++i) {
+      auto* creator = static_cast<nvinfer1::IPluginCreatorV3One*>(all[i]);
+      if (std::strcmp(creator->getPluginName(), op->name) == 0) match = creator;
+    }
+    if (match == nullptr) fail((std::string("getCreators lacks ") + op->name).c_str());
+    found.push_back(match);
   }
-  if (found.swish == nullptr || found.rms_norm == nullptr) fail("getCreators lacks Swish or RMSNorm");
   return found;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const Creators creators = find_creators();
+  static const std::vector<nvinfer1::IPluginCreatorV3One*> creators = find_creators();
   Decoded in;
   decode(data, size, in);
-  run_creator(creators.swish, kernels::kSwishBeta, in);
-  run_creator(creators.rms_norm, kernels::kRMSNormEpsilon, in);
+  for (size_t i = 0; i < creators.size(); ++i) run_creator(creators[i], *kernels::kOps[i]->attr, in);
   return 0;
 }

@@ -34,16 +34,14 @@ OrtStatus* forward(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, cons
   }
 }
 
-// Every op's CPU kernel: one row per op.
+// Every op's CPU kernel (ops_generated.h lists the ops).
 struct Entry {
   const opforge::kernels::OpDesc* op;
   CpuKernel kernel;
 };
-constexpr Entry kKernels[] = {
-    {&kc::SwishKernel::desc, forward<kc::SwishKernel>},
-    {&kc::RMSNormKernel::desc, forward<kc::RMSNormKernel>},
-    {&kc::SwiGLUKernel::desc, forward<kc::SwiGLUKernel>},
-};
+#define OPFORGE_ORT_CPU_ENTRY(Name) {&kc::Name##Kernel::desc, forward<kc::Name##Kernel>},
+constexpr Entry kKernels[] = {OPFORGE_FOR_EACH_OP(OPFORGE_ORT_CPU_ENTRY)};
+#undef OPFORGE_ORT_CPU_ENTRY
 
 }  // namespace
 

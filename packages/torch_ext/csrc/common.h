@@ -99,4 +99,17 @@ void register_weighted(Library& m) {
   m.impl((name + ".out").c_str(), TORCH_BOX((&weighted_out<Impl, Op>)));
 }
 
+// An op's registrations by its descriptor's inputs: X alone, or X and a weight W.
+template <class Impl, class Op>
+void register_op(Library& m) {
+  if constexpr (Op::desc.nb_inputs == 1) {
+    register_unary<Impl, Op>(m);
+  } else {
+    register_weighted<Impl, Op>(m);
+  }
+}
+
 }  // namespace opforge_torch
+
+// Every op of the spec (ops_generated.h), for a backend's STABLE_TORCH_LIBRARY_IMPL block.
+#define OPFORGE_TORCH_REGISTER(Impl, Namespace, Name) opforge_torch::register_op<Impl, Namespace::Name##Kernel>(m);

@@ -129,10 +129,9 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& 
 }  // namespace opforge_torch
 
 STABLE_TORCH_LIBRARY_IMPL(opforge, CPU, m) {
-  using namespace opforge::kernels::cpu;
   using opforge_torch::Cpu;
-  opforge_torch::register_unary<Cpu, SwishKernel>(m);
-  opforge_torch::register_unary<Cpu, SwiGLUKernel>(m);
-  opforge_torch::register_weighted<Cpu, RMSNormKernel>(m);
+#define OPFORGE_REGISTER_CPU(Name) OPFORGE_TORCH_REGISTER(Cpu, opforge::kernels::cpu, Name)
+  OPFORGE_FOR_EACH_OP(OPFORGE_REGISTER_CPU)
+#undef OPFORGE_REGISTER_CPU
   m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
 }

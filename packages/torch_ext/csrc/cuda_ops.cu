@@ -138,10 +138,9 @@ std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& 
 }  // namespace opforge_torch
 
 STABLE_TORCH_LIBRARY_IMPL(opforge, CUDA, m) {
-  using namespace opforge::kernels::cuda;
   using opforge_torch::Cuda;
-  opforge_torch::register_unary<Cuda, SwishKernel>(m);
-  opforge_torch::register_unary<Cuda, SwiGLUKernel>(m);
-  opforge_torch::register_weighted<Cuda, RMSNormKernel>(m);
+#define OPFORGE_REGISTER_CUDA(Name) OPFORGE_TORCH_REGISTER(Cuda, opforge::kernels::cuda, Name)
+  OPFORGE_FOR_EACH_OP(OPFORGE_REGISTER_CUDA)
+#undef OPFORGE_REGISTER_CUDA
   m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
 }

@@ -72,7 +72,9 @@ template <class T>
 cudaError_t forward_by_desc(const OpDesc& op, const void* x, const void* w, void* y, int64_t rows, int64_t cols,
                             float attr, cudaStream_t s) {
   const Forward<T> args{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), rows, cols, attr};
-  return forward_of<T, SwishKernel, RMSNormKernel, SwiGLUKernel>(op, args, s);
+#define OPFORGE_CUDA_KERNEL(Name) , Name##Kernel
+  return forward_of<T OPFORGE_FOR_EACH_OP(OPFORGE_CUDA_KERNEL)>(op, args, s);
+#undef OPFORGE_CUDA_KERNEL
 }
 
 }  // namespace opforge::kernels::cuda

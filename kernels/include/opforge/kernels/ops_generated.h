@@ -19,6 +19,9 @@ inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEp
 inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2"};
 inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp};
 
+// Every op, for the layers' tables: X(Name) expands to one entry per op.
+#define OPFORGE_FOR_EACH_OP(X) X(Swish) X(RMSNorm) X(SwiGLU)
+
 // Shape rules' expectations, for error_text(op, input, expected, got) (shapes.h).
 inline constexpr const char* kRankAtLeast1 = "a tensor of rank >= 1";
 // W (a per-column weight): kWeightExpected + <last dim of X> + kWeightSuffix

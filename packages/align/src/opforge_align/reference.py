@@ -29,30 +29,17 @@ class _SpecOp(OpRun):
         return (op.reference(*arrays, **values).astype(arrays[0].dtype),)
 
 
-class Swish(_SpecOp):
-    spec_op = spec.SWISH
-
-    # onnx >= 1.19 also has an ai.onnx Swish (attribute alpha) and offers its attributes too.
-    def _run(self, x, beta=None, alpha=None):
-        return self._compute((x,), {"beta": beta})
+def _run(self, *arrays, **attrs):
+    # onnx also offers attributes of its own op of the same name (ai.onnx Swish's alpha): dropped
+    return self._compute(arrays, {name: attrs.get(name) for name in self.spec_op.attributes})
 
 
-class RMSNorm(_SpecOp):
-    spec_op = spec.RMS_NORM
-
-    def _run(self, x, w, epsilon=None):
-        return self._compute((x, w), {"epsilon": epsilon})
+def _op_class(op: spec.OpSpec) -> type:
+    return type(op.name, (_SpecOp,), {"spec_op": op, "_run": _run})
 
 
-class SwiGLU(_SpecOp):
-    spec_op = spec.SWIGLU
-
-    # like Swish, onnx offers the attributes of its own Swish (alpha) to this op as well
-    def _run(self, x, beta=None, alpha=None):
-        return self._compute((x,), {"beta": beta})
-
-
-OP_CLASSES = (Swish, RMSNorm, SwiGLU)
+# One evaluator op per op of the spec.
+OP_CLASSES = tuple(_op_class(op) for op in spec.OPS.values())
 
 
 def run(model, proto, feeds: dict, names: list, *, precision: str = "float64") -> dict:

@@ -1,7 +1,8 @@
-"""opforge Swish, RMSNorm and SwiGLU as PyTorch operators.
+"""The opforge ops (every op of opforge_spec) as PyTorch operators.
 
-Importing this package loads ``libopforge_torch.so.1`` (which registers ``torch.ops.opforge.swish``,
-``rms_norm``, ``swiglu``, their ``.out`` overloads and backward ops), then adds fake kernels, autograd and ONNX export symbolics.
+Importing this package loads ``libopforge_torch.so.1`` (which registers ``torch.ops.opforge.<op>``
+for every op, their ``.out`` overloads and backward ops), then adds fake kernels, autograd, ONNX
+export symbolics and the Python entry points ``opforge_torch.<op>``.
 """
 
 import json
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["library_path", "build_info", "cuda_arch_check", "swish", "rms_norm", "swiglu"]
+__all__ = ["library_path", "build_info", "cuda_arch_check"]  # and every op (below)
 __version__ = "0.1.0"
 
 _HERE = Path(__file__).resolve().parent
@@ -97,4 +98,7 @@ _load()
 
 from . import ops  # noqa: E402  (needs the library's schemas)
 from . import onnx  # noqa: E402,F401  (registers the TorchScript exporter symbolics)
-from .ops import rms_norm, swiglu, swish  # noqa: E402
+from ._ops_generated import *  # noqa: E402,F403  (opforge_torch.<op> for every op of the spec)
+from ._ops_generated import __all__ as _OPS  # noqa: E402
+
+__all__ += _OPS

@@ -1,4 +1,5 @@
-"""Fake (meta) kernels and autograd for the opforge ops; Python entry points.
+"""Fake (meta) kernels and autograd for the opforge ops (their Python entry points are generated:
+_ops_generated.py).
 
 Autograd to any order: the ops' backward is the fused ``swish_backward`` / ``rms_norm_backward``
 kernel, and those backward ops carry their own autograd formulas, written with standard torch
@@ -20,34 +21,6 @@ import opforge_spec
 from . import _checks
 
 _ops = torch.ops.opforge
-# The attribute defaults are the spec's (the C++ schemas are generated from it too).
-_BETA = opforge_spec.SWISH.defaults()["beta"]
-_EPSILON = opforge_spec.RMS_NORM.defaults()["epsilon"]
-_SWIGLU_BETA = opforge_spec.SWIGLU.defaults()["beta"]
-
-
-def _call(op, args: tuple, out):
-    """The op, or its .out overload writing `out` (which returns nothing) and then `out`."""
-    if out is None:
-        return op.default(*args)
-    op.out(*args, out=out)
-    return out
-
-
-def swish(x: torch.Tensor, beta: float = _BETA, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Y = X * sigmoid(beta * X)."""
-    return _call(_ops.swish, (x, beta), out)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, epsilon: float = _EPSILON, *,
-             out: torch.Tensor | None = None) -> torch.Tensor:
-    """Y = X / sqrt(mean(X^2, last axis) + epsilon) * weight."""
-    return _call(_ops.rms_norm, (x, weight, epsilon), out)
-
-
-def swiglu(x: torch.Tensor, beta: float = _SWIGLU_BETA, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]."""
-    return _call(_ops.swiglu, (x, beta), out)
 
 
 def _inputs(spec: opforge_spec.OpSpec, args: tuple) -> tuple:

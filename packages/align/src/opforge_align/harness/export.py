@@ -41,17 +41,18 @@ class OpModule(torch.nn.Module):
         self.fn, self.attrs = opforge_call(op), _attr_args(op, attrs)
 
 
-class Swish(OpModule):
+class Unary(OpModule):
     def forward(self, x):
         return self.fn(x, *self.attrs)
 
 
-class RMSNorm(OpModule):
+class Weighted(OpModule):
     def forward(self, x, w):
         return self.fn(x, w, *self.attrs)
 
 
-MODULES = {"Swish": Swish, "RMSNorm": RMSNorm, "SwiGLU": Swish}  # SwiGLU: Swish's one-input forward
+# By the op's tensor inputs (the forward's parameter names are the dynamo exporter's input names).
+MODULES = {op.name: (Unary, Weighted)[len(op.inputs) - 1] for op in spec.OPS.values()}
 
 
 def entry_id(op, dtype: str, attrs: dict, rank: int) -> str:
@@ -61,10 +62,10 @@ def entry_id(op, dtype: str, attrs: dict, rank: int) -> str:
 
 def sample_inputs(op, rank: int, dtype: str) -> tuple:
     dims = SAMPLE_DIMS[:rank]
-    if op.name == "SwiGLU" and rank:  # the last axis holds both halves
-        dims = (*dims[:-1], 2 * dims[-1])
+    if op.split > 1 and rank:  # the last axis holds every part
+        dims = (*dims[:-1], op.split * dims[-1])
     x = torch.randn(dims, dtype=TORCH_DTYPES[dtype])
-    if op.name == "RMSNorm":
+    if len(op.inputs) == 2:  # W: a per-column weight
         return x, torch.rand(SAMPLE_DIMS[rank - 1], dtype=TORCH_DTYPES[dtype]) + 0.5
     return (x,)
 
@@ -78,8 +79,8 @@ def dynamic_dims(op, rank: int, dynamo: bool) -> dict:
         return {"dynamic_shapes": {n: {i: dim for i in range(r)} for n, r in zip(names, ranks)}}
     axes = {n: {i: f"{n}_{i}" for i in range(r)} for n, r in zip(names, ranks)}
     axes["Y"] = {i: f"X_{i}" for i in range(rank)}
-    if op.name == "SwiGLU" and rank:
-        axes["Y"][rank - 1] = "Y_half"  # half of X's last axis, not equal to it
+    if op.split > 1 and rank:
+        axes["Y"][rank - 1] = "Y_part"  # a part of X's last axis, not equal to it
     return {"dynamic_axes": axes, "input_names": names, "output_names": ["Y"]}
 
 

@@ -41,26 +41,8 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
 
 
-def swish_composed(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
-    return x * torch.sigmoid(beta * x)
-
-
-def rms_norm_composed(x: torch.Tensor, w: torch.Tensor, epsilon: float = 1e-6) -> torch.Tensor:
-    """In float64 for float64, else in float32 (as RMSNorm is usually written); rows of zeros
-    give 0, as the spec asks."""
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xa, wa = x.to(acc), w.to(acc)
-    denom = xa.pow(2).mean(dim=-1, keepdim=True) + epsilon
-    inv = torch.where(denom == 0, torch.zeros_like(denom), torch.rsqrt(denom))
-    return (xa * inv * wa).to(x.dtype)
-
-
-def swiglu_composed(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return a * torch.sigmoid(beta * a) * b
-
-
-COMPOSED = {"Swish": swish_composed, "RMSNorm": rms_norm_composed, "SwiGLU": swiglu_composed}
+# Each op's composed torch form is the spec's (opforge_spec.OpSpec.composed).
+COMPOSED = {name: op.composed for name, op in spec.OPS.items()}
 
 
 def _attr_args(op, attrs) -> list:

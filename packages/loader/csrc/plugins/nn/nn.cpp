@@ -112,9 +112,10 @@ constexpr OpforgeOpDef op_def() {
           kInputs, 1, kOut, 1, kAttrs<Op>, create<Op>, destroy, shapes<Op>, compute<Op>};
 }
 
-// Every op of this plugin: one row per op.
-const OpforgeOpDef kOps[] = {op_def<k::cpu::SwishKernel>(), op_def<k::cpu::RMSNormKernel>(),
-                             op_def<k::cpu::SwiGLUKernel>()};
+// Every op of the spec (ops_generated.h).
+#define OPFORGE_NN_OP_DEF(Name) op_def<k::cpu::Name##Kernel>(),
+const OpforgeOpDef kOps[] = {OPFORGE_FOR_EACH_OP(OPFORGE_NN_OP_DEF)};
+#undef OPFORGE_NN_OP_DEF
 
 const OpforgePlugin kPlugin = {OPFORGE_PLUGIN_API_VERSION, sizeof(OpforgePlugin), "opforge_nn", OPFORGE_PLUGIN_VERSION,
                                sizeof kOps / sizeof kOps[0], kOps, nullptr, nullptr};

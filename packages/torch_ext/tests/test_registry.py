@@ -1,0 +1,50 @@
+"""Every op of the spec reaches every part of opforge_torch: its schemas with a CPU kernel, a fake
+kernel and an Autograd kernel, its Python entry point, both ONNX exporters' tables; and what it
+computes is its composed torch form's value."""
+
+import numpy as np
+import opforge_spec as spec
+import pytest
+import torch
+from conftest import to_torch
+
+import opforge_torch
+from opforge_torch import onnx as opforge_onnx
+
+OPS = list(spec.OPS.values())
+IDS = [op.name for op in OPS]
+
+
+def _has_kernel(qualified: str, key: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_every_overload_has_its_kernels(op):
+    for name in (op.torch_name, f"{op.torch_name}.out", f"{op.torch_name}_backward"):
+        qualified = f"opforge::{name}"
+        missing = [key for key in ("CPU", "Meta", "Autograd") if not _has_kernel(qualified, key)]
+        assert not missing, f"{qualified} has no kernel for {missing}"
+        if opforge_torch.build_info().get("cuda"):
+            assert _has_kernel(qualified, "CUDA"), f"{qualified} has no CUDA kernel"
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_every_op_has_its_python_entry_point_and_onnx_tables(op):
+    assert op.torch_name in opforge_torch.__all__
+    overload = getattr(torch.ops.opforge, op.torch_name).default
+    assert overload in opforge_onnx.custom_translation_table()
+    assert overload in opforge_onnx.custom_translation_table(decomposed=True)
+
+
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_the_entry_point_gives_the_composed_forms_value(op):
+    cases = op.cases("float64")
+    case = next((c for c in cases if c.attrs), cases[0])  # attributes passed by keyword too
+    tensors = [to_torch(a, "float64") for a in case.inputs]
+    attrs = {k: float(np.float32(v)) for k, v in case.attrs.items()}  # the kernels' float32 value
+    got = getattr(opforge_torch, op.torch_name)(*tensors, **attrs)
+    torch.testing.assert_close(got, op.composed(*tensors, **attrs), rtol=1e-12, atol=1e-12)
+    out = torch.empty_like(got)
+    assert getattr(opforge_torch, op.torch_name)(*tensors, **attrs, out=out) is out
+    torch.testing.assert_close(out, got, rtol=0, atol=0)
