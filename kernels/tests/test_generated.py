@@ -76,3 +76,49 @@ def test_every_op_has_kernel_bindings_under_the_generated_op_list(tmp_path):
                      '#define PRINT(Name) std::printf("%s\\n", kc::Name##Kernel::desc.name);\n'
                      "int main() { OPFORGE_FOR_EACH_OP(PRINT) }\n", "-DOPFORGE_NO_CLONES")
     assert got.split() == list(spec.OPS)
+
+
+def _probe_op(name, torch_name, inputs, outputs, attrs):
+    return spec.OpSpec(name=name, torch_name=torch_name, inputs=inputs, outputs=outputs,
+                       attributes={a.name: a for a in attrs}, reference_impl=None, tolerances={},
+                       case_builder=None, bad_case_builder=None, doc=name, layout="rows")
+
+
+PROBES = {  # the op model beyond one input, one output and one attribute
+    "Gated": _probe_op("Gated", "gated", ("X",), ("Y",), ()),
+    "AddNorm": _probe_op("AddNorm", "add_norm", ("X", "R", "W"), ("Y", "H"),
+                         (spec.RMS_NORM.attr, spec.Attr("scale", 2.0, "a second one", spec.SWISH.attr.check))),
+}
+
+
+def test_schemas_of_ops_without_attributes_or_with_several_inputs_outputs_attributes(monkeypatch):
+    monkeypatch.setattr(generate, "OPS", PROBES)
+    assert generate.torch_schemas() == [
+        "gated(Tensor x) -> Tensor",
+        "gated.out(Tensor x, *, Tensor(a!) out) -> ()",
+        "gated_backward(Tensor grad, Tensor x) -> Tensor",
+        "add_norm(Tensor x, Tensor residual, Tensor weight, float epsilon=1e-06, float scale=2.0) -> (Tensor, Tensor)",
+        "add_norm.out(Tensor x, Tensor residual, Tensor weight, float epsilon=1e-06, float scale=2.0, *, "
+        "Tensor(a!) y_out, Tensor(b!) h_out) -> ()",
+        "add_norm_backward(Tensor grad_y, Tensor grad_h, Tensor x, Tensor residual, Tensor weight, "
+        "float epsilon, float scale) -> (Tensor, Tensor, Tensor)"]
+    assert "def gated(x, *, out=None):" in generate.torch_wrappers()
+    assert "(x, residual, weight, epsilon, scale), out, ('y_out', 'h_out'))" in generate.torch_wrappers()
+
+
+def test_descriptors_of_ops_without_attributes_or_with_several(monkeypatch, tmp_path):
+    monkeypatch.setattr(generate, "OPS", PROBES)
+    include = tmp_path / "include"
+    header = include / "opforge" / "kernels" / "ops_generated.h"
+    header.parent.mkdir(parents=True)
+    header.write_text(generate.kernels_header())
+    # beside a copy of attrs.h: its #include "ops_generated.h" finds the probes' header first
+    (header.parent / "attrs.h").write_text((spec.include_dir() / "opforge/kernels/attrs.h").read_text())
+    got = _output_of(tmp_path, '#include "opforge/kernels/attrs.h"\n#include <cstdio>\n'
+                     "namespace k = opforge::kernels;\n"
+                     "int main() { for (const k::OpDesc* d : k::kOps) {"
+                     ' std::printf("%s %d %s %d %s:", d->name, d->nb_inputs, d->outputs, d->nb_outputs,'
+                     ' d->attr ? d->attr->name : "-");'
+                     ' for (int i = 0; i < d->nb_attrs; ++i) std::printf(" %s", d->attrs[i]->name);'
+                     ' std::printf("\\n"); } }\n', f"-I{include}")
+    assert got.splitlines() == ["Gated 1 Y 1 -:", "AddNorm 3 Y, H 2 epsilon: epsilon scale"]

@@ -40,11 +40,15 @@ struct OpDesc {
   const char* torch_name;  // torch.ops.opforge.<torch_name>
   int32_t nb_inputs;
   const char* inputs;      // for messages: "X" / "X, W"
-  const AttrSpec* attr;    // the op's one float attribute
+  const AttrSpec* attr;    // the op's first float attribute (the layers' one), or nullptr
   const char* doc;
   Layout layout;
   int32_t split;           // > 1: X's last axis holds `split` equal parts, Y's last axis is one part
   const char* x_expected;  // X's shape rule in messages when split > 1
+  int32_t nb_attrs;
+  const AttrSpec* const* attrs;  // nb_attrs of them (nullptr for none); attr is the first
+  int32_t nb_outputs;
+  const char* outputs;     // for messages: "Y" / "Y, H"
 };
 
 inline const char* attr_expectation(AttrRange range) {

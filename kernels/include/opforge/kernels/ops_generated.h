@@ -11,12 +11,15 @@ inline constexpr const char* kDomain = "opforge";
 inline constexpr int32_t kDomainVersion = 1;
 
 inline constexpr AttrSpec kSwishBeta{"Swish", "beta", 1.0, AttrRange::kAnyFinite, "slope inside the sigmoid"};
+inline constexpr const AttrSpec* kSwishAttrs[] = {&kSwishBeta};
 inline constexpr AttrSpec kRMSNormEpsilon{"RMSNorm", "epsilon", 1e-06, AttrRange::kFiniteNonNegative, "added to the mean square"};
+inline constexpr const AttrSpec* kRMSNormAttrs[] = {&kRMSNormEpsilon};
 inline constexpr AttrSpec kSwiGLUBeta{"SwiGLU", "beta", 1.0, AttrRange::kAnyFinite, "slope inside the sigmoid"};
+inline constexpr const AttrSpec* kSwiGLUAttrs[] = {&kSwiGLUBeta};
 
-inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, ""};
-inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, ""};
-inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2"};
+inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, "", 1, kSwishAttrs, 1, "Y"};
+inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, "", 1, kRMSNormAttrs, 1, "Y"};
+inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 1, kSwiGLUAttrs, 1, "Y"};
 inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp};
 
 // Every op, for the layers' tables: X(Name) expands to one entry per op.

@@ -8,10 +8,10 @@ import torch
 __all__ = ['swish', 'rms_norm', 'swiglu']
 
 
-def _call(op, args: tuple, out):
+def _call(op, args: tuple, out, names=("out",)):
     if out is None:
         return op.default(*args)
-    op.out(*args, out=out)
+    op.out(*args, **dict(zip(names, out if len(names) > 1 else (out,))))
     return out
 
 
