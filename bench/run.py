@@ -2,6 +2,7 @@
 
   python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm,SwiGLU] [--layers torch,ort]
                       [--threads 1,all] [--repeat 20] [--budget 8]
+                      [--models efficientnet,llama_mlp,llama_layer|none]
   python bench/run.py --device cuda [--quick] [--out DIR] [--ops ...] [--time-limit SECONDS]
 
 Writes OUT/bench.json, OUT/bench.md (tables, targets met/missed), OUT/bench_<op>_<layer>.png and
@@ -35,6 +36,8 @@ def parse(argv):
     parser.add_argument("--ops", default="", help="comma list (default: Swish,RMSNorm,SwiGLU on the "
                                                   "CPU, every op of the spec on the GPU)")
     parser.add_argument("--layers", default="torch,ort")
+    parser.add_argument("--models", default="efficientnet,llama_mlp,llama_layer",
+                        help="real-model section (opforge_bench/real_models.py); 'none' skips it")
     parser.add_argument("--threads", default="1,all", help="comma list; 'all' = every CPU we may use")
     parser.add_argument("--sizes", default="", help="comma list of element counts (default: by LLC)")
     parser.add_argument("--repeat", type=int, default=20)
@@ -90,6 +93,13 @@ def cpu_main(args) -> int:
     data["targets_by_threads"] = {t: report.targets(data["rows"], t) for t in threads}
     artifacts = report.write(data, args.out)
     numbers = report.headline_numbers(data["rows"], max(threads), data["targets"])
+    if args.models != "none":
+        from opforge_bench import real_models
+
+        real = real_models.run(args.models.split(","), threads=max(threads), repeat=args.repeat,
+                               budget_s=args.budget)
+        artifacts += real_models.write(real, args.out)
+        numbers.update(real_models.headline_numbers(real))
     numbers["bench.busy"] = int(host["busy"])
     numbers["bench.peak_rss_mib"] = round(data["peak_rss_bytes"] / 2**20, 1)
     _stage_result(numbers, artifacts)

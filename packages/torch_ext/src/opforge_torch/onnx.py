@@ -5,7 +5,8 @@
 - Dynamo exporter (``dynamo=True``, torch's default since 2.9): pass
   ``custom_translation_table=custom_translation_table()``; needs onnxscript.
 - :func:`export` wraps both. ``decomposed=True`` emits standard ONNX ops instead (valid for
-  opsets 13..21), for runtimes without the opforge kernels.
+  opsets 13..21), for runtimes without the opforge kernels; ``decomposed="auto"`` only the ops
+  the target runtime fuses from their standard form itself (:data:`RUNTIME_FUSES`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,17 @@ OPSET_RANGE = (13, 21)  # standard-ONNX opsets the decomposed graphs are written
 DYNAMO_MIN_OPSET = 18  # the dynamo exporter refuses lower targets
 _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
 
-_state = {"decomposed": False}
+_state = {"decomposed": frozenset()}  # names of the ops the TorchScript symbolics decompose
+
+# decomposed="auto": per target runtime, the ops exported in standard ONNX because the runtime
+# fuses that form itself and its own graph passes know only that form (measured: bench/README.md,
+# "Real models"). ONNX Runtime's CPU EP fuses x*sigmoid(x) into com.microsoft QuickGelu, which its
+# NCHWc layout pass keeps in the blocked layout; around an opforge Swish node (a custom op cannot
+# join that layout) it inserts Reorder copies. SwiGLU and RMSNorm stay opforge nodes: ORT 1.32
+# fuses neither decomposed form (a LLaMA decoder layer's optimized graph keeps Slice+Sigmoid+Mul+Mul
+# and Pow+ReduceMean+...; no SimplifiedLayerNormalization). TensorRT: nothing measured here (no
+# runtime on these machines), so every op stays an opforge node.
+RUNTIME_FUSES = {"onnxruntime": frozenset({"Swish"}), "tensorrt": frozenset()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,7 +145,7 @@ def _ts_symbolic(spec: opforge_spec.OpSpec):
     def symbolic(g, *args):
         *tensors, attr = args
         _check_attribute(spec.name, spec.attr.name, attr)
-        if _state["decomposed"]:
+        if spec.name in _state["decomposed"]:
             return _TS_DECOMPOSED[spec.torch_name](g, *tensors, attr)
         return _ts_opforge_node(g, spec, tensors, attr)
 
@@ -252,24 +263,53 @@ def _decomposed_table():
 # One entry point
 # --------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _decomposed(on: bool):
-    previous, _state["decomposed"] = _state["decomposed"], on
+def _decomposed(ops: frozenset):
+    previous, _state["decomposed"] = _state["decomposed"], ops
     try:
         yield
     finally:
         _state["decomposed"] = previous
 
 
-def export(model, args, path, *, decomposed: bool = False, dynamo: bool | None = None, **kw):
+def decomposed_ops(decomposed: bool | str, runtime: str = "onnxruntime") -> frozenset:
+    """The names of the ops that ``export(..., decomposed=decomposed, runtime=runtime)`` writes
+    in standard ONNX ops."""
+    if decomposed is True or decomposed is False:
+        return frozenset(opforge_spec.OPS) if decomposed else frozenset()
+    if decomposed != "auto":
+        raise ValueError(f"opforge_torch.onnx.export: decomposed: expected True, False or 'auto', "
+                         f"got {decomposed!r}")
+    if runtime not in RUNTIME_FUSES:
+        raise ValueError(f"opforge_torch.onnx.export: runtime: expected one of "
+                         f"{', '.join(sorted(RUNTIME_FUSES))}, got {runtime!r}")
+    return RUNTIME_FUSES[runtime]
+
+
+def _translation_table(ops: frozenset) -> dict:
+    """The opforge node of every op, the decomposed graph of those in `ops`."""
+    table = custom_translation_table(decomposed=False)
+    if ops:
+        standard = custom_translation_table(decomposed=True)
+        names = {getattr(torch.ops.opforge, s.torch_name).default: s.name
+                 for s in opforge_spec.OPS.values()}
+        table.update({k: v for k, v in standard.items() if names.get(k) in ops})
+    return table
+
+
+def export(model, args, path, *, decomposed: bool | str = False, runtime: str = "onnxruntime",
+           dynamo: bool | None = None, **kw):
     """Exports ``model(*args)`` to ``path`` and returns ``path``.
 
     ``dynamo=None`` (default) picks torch's recommended dynamo exporter (torch.export + the custom
     translation table), except for ``opset_version`` < 18, which only the TorchScript exporter
     writes; ``dynamo=False`` forces the TorchScript exporter (registered symbolics).
-    ``decomposed=True`` writes standard ONNX ops only. Other keywords (``opset_version``,
+    ``decomposed=True`` writes standard ONNX ops only; ``decomposed="auto"`` writes standard ops
+    for the ops that ``runtime`` ("onnxruntime", "tensorrt") fuses from them itself
+    (:data:`RUNTIME_FUSES`) and one opforge node for every other call. Other keywords (``opset_version``,
     ``input_names``, ``dynamic_axes`` / ``dynamic_shapes``, ...) go to ``torch.onnx.export``.
     """
     args = args if isinstance(args, tuple) else (args,)
+    ops = decomposed_ops(decomposed, runtime)
     opset = kw.get("opset_version")
     if dynamo is None:
         dynamo = opset is None or opset >= DYNAMO_MIN_OPSET
@@ -279,12 +319,11 @@ def export(model, args, path, *, decomposed: bool = False, dynamo: bool | None =
             f"dynamo exporter, got {opset}; pass dynamo=False (TorchScript exporter) for opsets "
             f"{OPSET_RANGE[0]}..{DYNAMO_MIN_OPSET - 1}")
     if dynamo:
-        table = {**custom_translation_table(decomposed=decomposed),
-                 **kw.pop("custom_translation_table", {})}
+        table = {**_translation_table(ops), **kw.pop("custom_translation_table", {})}
         torch.onnx.export(model, args, path, dynamo=True, custom_translation_table=table, **kw)
         return path
-    with _decomposed(decomposed):
-        custom = {} if decomposed else {DOMAIN: DOMAIN_VERSION}
+    with _decomposed(ops):
+        custom = {} if ops == frozenset(opforge_spec.OPS) else {DOMAIN: DOMAIN_VERSION}
         kw["custom_opsets"] = {**custom, **kw.get("custom_opsets", {})}
         torch.onnx.export(model, args, path, dynamo=False, **kw)
     return path
