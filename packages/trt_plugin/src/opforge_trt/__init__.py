@@ -5,8 +5,8 @@ deserializing an engine that uses the plugins:
     import tensorrt as trt, opforge_trt
     trt.get_plugin_registry().load_library(opforge_trt.library_path())
 
-Plugins: `Swish` (field `beta`), `RMSNorm` (field `epsilon`) and `SwiGLU` (field `beta`), version "1",
-namespace "opforge"; an ONNX node `opforge::Swish` / `RMSNorm` / `SwiGLU` maps onto them through the ONNX parser's plugin
+Plugins: one per op of the spec (`OPS`: plugin name -> its field, the op's attribute), version "1",
+namespace "opforge"; an ONNX node `opforge::<op>` maps onto its plugin through the ONNX parser's plugin
 fallback (plugin name = op_type, namespace = the node's domain).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-// libops_opforge_nn.so.1: Swish, RMSNorm and SwiGLU on the SDK, calling the shared kernels (the
+// libops_opforge_nn.so.1: every op of the spec on the SDK, calling the shared kernels (the
 // single source of op math) and declared from the descriptors generated from the op spec (names,
 // domain, version, attributes). Runs single-threaded: threading is the host engine's job.
 #include <opforge/kernels/cpu_ops.h>
