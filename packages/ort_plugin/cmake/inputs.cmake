@@ -18,10 +18,12 @@ opforge_input(OPFORGE_ORT_INCLUDE_DIR "")
 if(NOT OPFORGE_ORT_INCLUDE_DIR)
   message(FATAL_ERROR "opforge_ort: OPFORGE_ORT_INCLUDE_DIR is not set: set it (environment or -D) to a "
                       "folder holding ONNX Runtime's onnxruntime_c_api.h with ORT_API_VERSION >= "
-                      "${OPFORGE_ORT_MIN_API}. No Python package ships these headers: take them from "
-                      "Debian/Ubuntu's libonnxruntime-dev (/usr/include/onnxruntime) or from the include/ "
-                      "folder of an ONNX Runtime release archive (onnxruntime-linux-x64-<version>.tgz, "
-                      "github.com/microsoft/onnxruntime/releases)")
+                      "${OPFORGE_ORT_MIN_API}. No Python package ships these headers. In an opforge checkout "
+                      "get the pinned ones CI builds with: `python3 ci/bootstrap.py --version`, then "
+                      "`export OPFORGE_ORT_INCLUDE_DIR=$(.nox/_bootstrap/bin/python -m ci.debian "
+                      "--ort-include)`; elsewhere a distribution's libonnxruntime-dev "
+                      "(/usr/include/onnxruntime; Debian 12 has none) or the include/ folder of an "
+                      "ONNX Runtime release archive (onnxruntime-linux-x64-<version>.tgz)")
 endif()
 set(_c_api "${OPFORGE_ORT_INCLUDE_DIR}/onnxruntime_c_api.h")
 if(NOT EXISTS "${_c_api}")
