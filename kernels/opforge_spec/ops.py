@@ -252,11 +252,13 @@ def rms_norm_reference(x: np.ndarray, w: np.ndarray, epsilon: float) -> np.ndarr
 
 def rms_norm_composed(x, w, epsilon: float = 1e-6):
     """In float64 for float64, else in float32 (as RMSNorm is usually written); rows of zeros
-    give 0, as the spec asks."""
+    give 0, as the spec asks, and so do its derivatives: rsqrt only sees the rows whose
+    denominator is not 0 (its gradient at 0 is inf, and inf * 0 = NaN)."""
     xa = x if x.dtype.itemsize == 8 else x.float()
     wa = w.to(xa.dtype)
     denom = xa.pow(2).mean(dim=-1, keepdim=True) + epsilon
-    inv = denom.rsqrt().masked_fill(denom == 0, 0.0)
+    zero = denom == 0
+    inv = denom.masked_fill(zero, 1.0).rsqrt().masked_fill(zero, 0.0)
     return (xa * inv * wa).to(x.dtype)
 
 

@@ -2,9 +2,9 @@
 _ops_generated.py).
 
 Autograd to any order: the ops' backward is the fused ``swish_backward`` / ``rms_norm_backward``
-kernel, and those backward ops carry their own autograd formulas, written with standard torch
-ops (which autograd differentiates further). First derivatives stay fused; second and higher
-derivatives (gradient penalties, Hessian-vector products) go through the composed formulas.
+kernel, and those backward ops' autograd formula is autograd through the op's composed torch
+form (opforge_spec.OpSpec.composed). First derivatives stay fused; second and higher derivatives
+(gradient penalties, Hessian-vector products) go through the composed form.
 
 Each formula is an autograd node registered at the Autograd key (not torch.library.register_autograd:
 the Function that builds has no setup_context, and the torch.func transforms refuse it), so
@@ -83,7 +83,7 @@ def _fused_gradient(spec: opforge_spec.OpSpec):
     return gradient
 
 
-# ---- second and higher derivatives: composed formulas of the backward ops -------------------
+# ---- second and higher derivatives: autograd through the spec's composed form ---------------
 def _as_float32(value: float) -> float:
     """The attribute as the kernels see it (they compute with float32 beta/epsilon)."""
     if not isinstance(value, float):  # a symbolic float while tracing: left as is
@@ -91,88 +91,35 @@ def _as_float32(value: float) -> float:
     return struct.unpack("f", struct.pack("f", value))[0]
 
 
-def _sum_over_rows(t: torch.Tensor) -> torch.Tensor:
-    """Sum over every axis but the last (none for a 1-D tensor: sum(dim=()) would sum all)."""
-    return t.sum(dim=tuple(range(t.dim() - 1))) if t.dim() > 1 else t
-
-
 def _compute_dtype(t: torch.Tensor) -> torch.dtype:
     """float16/bfloat16 are computed in float32, as the kernels do."""
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def _swish_backward_grad(ctx, upstream):
-    """Gradients of dX = dY * (s + beta*x*s*(1-s)), s = sigmoid(beta*x), w.r.t. dY and X."""
-    grad, x = ctx.saved_tensors
-    compute = _compute_dtype(x)
-    beta = _as_float32(ctx.attr)
-    g, xc, u = grad.to(compute), x.to(compute), upstream.to(compute)
-    s = torch.sigmoid(beta * xc)
-    ds = s * (1 - s)  # d sigmoid(t) / dt
-    first = s + beta * xc * ds
-    second = beta * ds * (2 + beta * xc * (1 - 2 * s))  # d first / dx
-    return (u * first).to(grad.dtype), (u * g * second).to(x.dtype), None
+def _composed_second_derivative(spec: opforge_spec.OpSpec):
+    """The gradient of `spec`'s backward op: the backward op is the vector-Jacobian product of
+    the op, so its own vector-Jacobian product is taken through the spec's composed form.
+    torch.func.vjp keeps it differentiable to any order, under autograd and torch.func alike."""
 
+    def gradient(ctx, *upstream):
+        grad, *tensors = ctx.saved_tensors
+        compute = _compute_dtype(tensors[0])
+        attr = _as_float32(ctx.attr)
 
-def _swiglu_backward_grad(ctx, upstream):
-    """Gradients of dX = [dY * B * f'(A), dY * f(A)], f = swish, w.r.t. dY and X."""
-    grad, x = ctx.saved_tensors
-    compute = _compute_dtype(x)
-    beta = _as_float32(ctx.attr)
-    g, xc, u = grad.to(compute), x.to(compute), upstream.to(compute)
-    a, b = xc.chunk(2, dim=-1)
-    u_a, u_b = u.chunk(2, dim=-1)
-    s = torch.sigmoid(beta * a)
-    ds = s * (1 - s)
-    first = s + beta * a * ds  # f'(a)
-    second = beta * ds * (2 + beta * a * (1 - 2 * s))  # f''(a)
-    d_grad = u_a * b * first + u_b * a * s
-    d_a = g * (u_a * b * second + u_b * first)
-    d_b = g * u_a * first
-    return d_grad.to(grad.dtype), torch.cat([d_a, d_b], dim=-1).to(x.dtype), None
+        def op(*inputs):
+            return spec.composed(*inputs, attr)
 
+        def op_vjp(g, *inputs):
+            return torch.func.vjp(op, *inputs)[1](g)
 
-def _rms_inverse(x: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """1/sqrt(mean(x^2) + epsilon) per row (kept dim); 0 for a row whose denominator is 0, as
-    the kernels do. The masked rsqrt never sees 0, so autograd gets no inf*0 = NaN either."""
-    denominator = x.pow(2).mean(-1, keepdim=True) + epsilon
-    zero = denominator == 0
-    inverse = torch.rsqrt(torch.where(zero, torch.ones_like(denominator), denominator))
-    return torch.where(zero, torch.zeros_like(inverse), inverse)
+        inputs = [t.to(compute) for t in (grad, *tensors)]
+        cotangents = tuple(torch.zeros_like(t) if u is None else u.to(compute)
+                           for u, t in zip(upstream, inputs[1:]))
+        grads = torch.func.vjp(op_vjp, *inputs)[1](cotangents)
+        return (*(d.to(t.dtype) for d, t in zip(grads, (grad, *tensors))), None)
 
+    return gradient
 
-def _rms_norm_backward_grad(ctx, upstream_dx, upstream_dw):
-    """Gradients of the backward's outputs w.r.t. dY, X and W. Per row, with n columns,
-    r = rms_inverse(x), a = g*w, c = sum(a*x):
-        dX = r*a - r^3 * x * c / n,    dW = sum over rows of g * x * r.
-    Their vector-Jacobian product with (u, v) = (upstream_dx, upstream_dw) is differentiated
-    by hand below; gradgradcheck in the tests holds it to autograd's numbers."""
-    grad, x, weight = ctx.saved_tensors
-    compute = _compute_dtype(x)
-    g, xc, w = grad.to(compute), x.to(compute), weight.to(compute)
-    u = upstream_dx.to(compute) if upstream_dx is not None else torch.zeros_like(xc)
-    v = upstream_dw.to(compute) if upstream_dw is not None else torch.zeros_like(w)
-    n = x.shape[-1]
-    r = _rms_inverse(xc, _as_float32(ctx.attr))
-    r3 = r * r * r
-    a = g * w
-
-    def row_sum(t):
-        return t.sum(-1, keepdim=True)
-
-    ua, ux, c, vgx = row_sum(u * a), row_sum(u * xc), row_sum(a * xc), row_sum(v * g * xc)
-    # d/dg and d/dw share the dX-shaped factor r*u - r^3*x*ux/n (dX's formula with a -> u).
-    shared = r * u - r3 * xc * ux / n
-    d_grad = w * shared + r * v * xc
-    d_weight = _sum_over_rows(g * shared)
-    d_x = (-r3 * xc * (ua + vgx) / n + 3 * r3 * r * r * xc * c * ux / (n * n)
-           - r3 * (a * ux + c * u) / n + r * v * g)
-    return d_grad.to(grad.dtype), d_x.to(x.dtype), d_weight.to(weight.dtype), None
-
-
-# Per op: the gradient of its backward op (hand-written: the math differs per op).
-_SECOND_DERIVATIVES = {"swish": _swish_backward_grad, "rms_norm": _rms_norm_backward_grad,
-                       "swiglu": _swiglu_backward_grad}
 
 # ---- the Autograd kernels --------------------------------------------------------------
 _LIBRARY = torch.library.Library("opforge", "IMPL")  # kept: its registrations live as long as it
@@ -247,5 +194,5 @@ def _register_out_autograd(spec: opforge_spec.OpSpec) -> None:
 for _spec in opforge_spec.OPS.values():
     _register_fakes(_spec)
     _register_autograd(_spec, _spec.torch_name, _fused_gradient(_spec))
-    _register_autograd(_spec, f"{_spec.torch_name}_backward", _SECOND_DERIVATIVES[_spec.torch_name])
+    _register_autograd(_spec, f"{_spec.torch_name}_backward", _composed_second_derivative(_spec))
     _register_out_autograd(_spec)
