@@ -112,6 +112,16 @@ class OpSpec:
     # A second float64 numpy formula, written unlike reference_impl on purpose: the reference
     # evaluator's independent opinion on what an exported graph means (opforge-align's refeval).
     independent: Callable | None = None
+    # The op in standard ONNX ops (opsets 13..21), written once for both of torch's exporters:
+    # decomposed(e, *inputs, attribute) -> output, where the emitter `e` gives
+    #   e.op(op_type, *inputs, **attributes)  a standard node (int, float, str or int-list
+    #                                         attributes);
+    #   e.scalar(value, like)                 a scalar constant of `like`'s type;
+    #   e.ints(values)                        a 1-D int64 constant;
+    #   e.reduce_mean(x, axes)                ReduceMean keeping dims (axes: an attribute below
+    #                                         opset 18, an input from 18);
+    #   e.tiny(like)                          the smallest normal number, of `like`'s type.
+    decomposed: Callable | None = None
 
     @property
     def attr(self) -> Attr:
@@ -186,6 +196,11 @@ def swish_composed(x, beta: float = 1.0):
     return x * (beta * x).sigmoid()
 
 
+def swish_decomposed(e, x, beta: float):
+    scaled = x if beta == 1.0 else e.op("Mul", x, e.scalar(beta, x))
+    return e.op("Mul", x, e.op("Sigmoid", scaled))
+
+
 def swish_independent(x: np.ndarray, beta: float) -> np.ndarray:
     return x / (1.0 + np.exp(-beta * x))  # exp overflow -> x/inf = 0: the right limit
 
@@ -236,6 +251,7 @@ SWISH = OpSpec(
     bad_case_builder=_swish_bad_cases,
     doc="Y = X * sigmoid(beta * X), elementwise, any shape",
     composed=swish_composed,
+    decomposed=swish_decomposed,
     independent=swish_independent,
 )
 
@@ -260,6 +276,14 @@ def rms_norm_composed(x, w, epsilon: float = 1e-6):
     zero = denom == 0
     inv = denom.masked_fill(zero, 1.0).rsqrt().masked_fill(zero, 0.0)
     return (xa * inv * wa).to(x.dtype)
+
+
+def rms_norm_decomposed(e, x, w, epsilon: float):
+    mean = e.reduce_mean(e.op("Pow", x, e.scalar(2.0, x)), [-1])
+    shifted = e.op("Add", mean, e.scalar(epsilon, x))
+    if epsilon == 0.0:  # keep rows of zeros exact (0/0 otherwise); only subnormal rows differ
+        shifted = e.op("Max", shifted, e.tiny(x))
+    return e.op("Mul", e.op("Div", x, e.op("Sqrt", shifted)), w)
 
 
 def rms_norm_independent(x: np.ndarray, w: np.ndarray, epsilon: float) -> np.ndarray:
@@ -328,6 +352,7 @@ RMS_NORM = OpSpec(
     layout="rows",
     extra={"w_expected": WEIGHT_EXPECTED},  # around X's last dim
     composed=rms_norm_composed,
+    decomposed=rms_norm_decomposed,
     independent=rms_norm_independent,
 )
 
@@ -342,6 +367,15 @@ def swiglu_reference(x: np.ndarray, beta: float) -> np.ndarray:
 def swiglu_composed(x, beta: float = 1.0):
     a, b = x.chunk(2, dim=-1)
     return a * (beta * a).sigmoid() * b
+
+
+def swiglu_decomposed(e, x, beta: float):
+    """A = X[..., :d], B = X[..., d:] for a last dim 2d known only at run time."""
+    last = e.op("Gather", e.op("Shape", x), e.ints([-1]), axis=0)
+    half = e.op("Div", last, e.ints([2]))
+    a = e.op("Slice", x, e.ints([0]), half, e.ints([-1]))
+    b = e.op("Slice", x, half, e.ints([2**62]), e.ints([-1]))
+    return e.op("Mul", swish_decomposed(e, a, beta), b)
 
 
 def swiglu_independent(x: np.ndarray, beta: float) -> np.ndarray:
@@ -400,6 +434,7 @@ SWIGLU = OpSpec(
     layout="rows",
     split=2,
     composed=swiglu_composed,
+    decomposed=swiglu_decomposed,
     independent=swiglu_independent,
 )
 

@@ -1,6 +1,7 @@
 """Every op of the spec reaches every part of opforge_torch: its schemas with a CPU kernel, a fake
-kernel and an Autograd kernel, its Python entry point, both ONNX exporters' tables; and what it
-computes is its composed torch form's value."""
+kernel and an Autograd kernel, its Python entry point, both ONNX exporters' tables; what it
+computes is its composed torch form's value; its spec decomposition, through either exporter, is
+standard ONNX only and gives the op's value."""
 
 import numpy as np
 import opforge_spec as spec
@@ -48,3 +49,33 @@ def test_the_entry_point_gives_the_composed_forms_value(op):
     out = torch.empty_like(got)
     assert getattr(opforge_torch, op.torch_name)(*tensors, **attrs, out=out) is out
     torch.testing.assert_close(out, got, rtol=0, atol=0)
+
+
+class _Call(torch.nn.Module):
+    """One call of `op` on its inputs, with `attrs`."""
+
+    def __init__(self, op, attrs):
+        super().__init__()
+        self.entry, self.attrs = getattr(opforge_torch, op.torch_name), attrs
+
+    def forward(self, *tensors):
+        return self.entry(*tensors, **self.attrs)
+
+
+@pytest.mark.parametrize("dynamo,opset", [(False, 13), (True, 21)], ids=["torchscript-13", "dynamo-21"])
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_the_specs_decomposition_is_standard_onnx_with_the_ops_value(tmp_path, op, dynamo, opset):
+    import onnx
+    import onnxruntime
+
+    case = op.cases("float32")[0]
+    tensors = [to_torch(a, "float32") for a in case.inputs]
+    model, path = _Call(op, case.attrs), str(tmp_path / "model.onnx")
+    opforge_onnx.export(model, tuple(tensors), path, decomposed=True, dynamo=dynamo, opset_version=opset)
+    proto = onnx.load(path)
+    assert {n.domain for n in proto.graph.node} == {""} and not proto.functions
+    assert {o.domain: o.version for o in proto.opset_import} == {"": opset}
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
+    (got,) = session.run(None, feeds)
+    np.testing.assert_allclose(got, model(*tensors).numpy(), rtol=1e-5, atol=1e-6)

@@ -1,11 +1,12 @@
-"""ONNX export of the opforge ops: one ``opforge::Swish`` / ``RMSNorm`` / ``SwiGLU`` node per call.
+"""ONNX export of the opforge ops: one ``opforge::<op>`` node per call, for every op of the spec.
 
 - TorchScript exporter (``dynamo=False``): symbolics registered on import; export with
   ``custom_opsets={"opforge": 1}``.
 - Dynamo exporter (``dynamo=True``, torch's default since 2.9): pass
   ``custom_translation_table=custom_translation_table()``; needs onnxscript.
 - :func:`export` wraps both. ``decomposed=True`` emits standard ONNX ops instead (valid for
-  opsets 13..21), for runtimes without the opforge kernels; ``decomposed="auto"`` only the ops
+  opsets 13..21: the spec's ``OpSpec.decomposed``, walked by each exporter's emitter), for runtimes
+  without the opforge kernels; ``decomposed="auto"`` only the ops
   the target runtime fuses from their standard form itself (:data:`RUNTIME_FUSES`).
 """
 
@@ -23,9 +24,6 @@ from ._checks import attribute as _check_attribute
 
 DOMAIN = opforge_spec.DOMAIN
 DOMAIN_VERSION = opforge_spec.DOMAIN_VERSION
-_BETA = opforge_spec.SWISH.defaults()["beta"]
-_EPSILON = opforge_spec.RMS_NORM.defaults()["epsilon"]
-_SWIGLU_BETA = opforge_spec.SWIGLU.defaults()["beta"]
 _TORCH_ARGS = {"X": "x", "W": "weight"}  # ONNX input name -> torch argument name (the schemas')
 OPSET_RANGE = (13, 21)  # standard-ONNX opsets the decomposed graphs are written for
 DYNAMO_MIN_OPSET = 18  # the dynamo exporter refuses lower targets
@@ -61,41 +59,43 @@ def _ts_constant(g, number, like):
     return g.op("Constant", value_t=torch.tensor(number, dtype=_ts_dtype(like)))
 
 
-def _ts_swish(g, x, beta):
-    scaled = x if beta == 1.0 else g.op("Mul", x, _ts_constant(g, beta, x))
-    return g.op("Mul", x, g.op("Sigmoid", scaled))
-
-
-def _ts_rms_norm(g, x, weight, epsilon):
-    square = g.op("Pow", x, _ts_constant(g, 2.0, x))
-    if g.opset >= 18:  # ReduceMean's axes moved from attribute to input at opset 18
-        axes = g.op("Constant", value_t=torch.tensor([-1], dtype=torch.int64))
-        mean = g.op("ReduceMean", square, axes, keepdims_i=1)
-    else:
-        mean = g.op("ReduceMean", square, axes_i=[-1], keepdims_i=1)
-    shifted = g.op("Add", mean, _ts_constant(g, epsilon, x))
-    if epsilon == 0.0:  # keep rows of zeros exact (0/0 otherwise); only subnormal rows differ
-        shifted = g.op("Max", shifted, _ts_constant(g, torch.finfo(_ts_dtype(x)).tiny, x))
-    return g.op("Mul", g.op("Div", x, g.op("Sqrt", shifted)), weight)
-
-
 def _ts_ints(g, values):
     return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
 
 
-def _ts_halves(g, x):
-    """A = X[..., :d], B = X[..., d:] for a last dim 2d known only at run time."""
-    last = g.op("Gather", g.op("Shape", x), _ts_ints(g, [-1]), axis_i=0)
-    half = g.op("Div", last, _ts_ints(g, [2]))
-    axes = _ts_ints(g, [-1])
-    return (g.op("Slice", x, _ts_ints(g, [0]), half, axes),
-            g.op("Slice", x, half, _ts_ints(g, [2**62]), axes))
+def _ts_attribute_name(name: str, value) -> str:
+    """g.op's keyword for an attribute: its name with the suffix of its type."""
+    if isinstance(value, (list, tuple)):
+        return f"{name}_i"
+    suffixes = {int: "_i", float: "_f", str: "_s"}
+    if type(value) not in suffixes:
+        raise TypeError(f"opforge_torch.onnx: attribute {name}: unsupported value {value!r}")
+    return name + suffixes[type(value)]
 
 
-def _ts_swiglu(g, x, beta):
-    a, b = _ts_halves(g, x)
-    scaled = a if beta == 1.0 else g.op("Mul", a, _ts_constant(g, beta, x))
-    return g.op("Mul", g.op("Mul", a, g.op("Sigmoid", scaled)), b)
+class _TorchScriptEmitter:
+    """The emitter of the spec's decompositions (OpSpec.decomposed) for the TorchScript exporter."""
+
+    def __init__(self, g):
+        self._g = g
+
+    def op(self, op_type, *inputs, **attributes):
+        named = {_ts_attribute_name(k, v): v for k, v in attributes.items()}
+        return self._g.op(op_type, *inputs, **named)
+
+    def scalar(self, value, like):
+        return _ts_constant(self._g, value, like)
+
+    def ints(self, values):
+        return _ts_ints(self._g, list(values))
+
+    def reduce_mean(self, x, axes):
+        if self._g.opset >= 18:  # ReduceMean's axes moved from attribute to input at opset 18
+            return self._g.op("ReduceMean", x, self.ints(axes), keepdims_i=1)
+        return self._g.op("ReduceMean", x, axes_i=list(axes), keepdims_i=1)
+
+    def tiny(self, like):
+        return self.scalar(torch.finfo(_ts_dtype(like)).tiny, like)
 
 
 def _signature(spec: opforge_spec.OpSpec, leading: tuple = ()) -> inspect.Signature:
@@ -106,10 +106,6 @@ def _signature(spec: opforge_spec.OpSpec, leading: tuple = ()) -> inspect.Signat
     attr = parameter(spec.attr.name, parameter.POSITIONAL_OR_KEYWORD, default=spec.attr.default,
                      annotation=float)
     return inspect.Signature([*tensors, attr])
-
-
-# Per op: its decomposed graph in standard ONNX ops (the math differs per op).
-_TS_DECOMPOSED = {"swish": _ts_swish, "rms_norm": _ts_rms_norm, "swiglu": _ts_swiglu}
 
 
 def _ts_output_type(g, spec: opforge_spec.OpSpec, x):
@@ -146,7 +142,7 @@ def _ts_symbolic(spec: opforge_spec.OpSpec):
         *tensors, attr = args
         _check_attribute(spec.name, spec.attr.name, attr)
         if spec.name in _state["decomposed"]:
-            return _TS_DECOMPOSED[spec.torch_name](g, *tensors, attr)
+            return spec.decomposed(_TorchScriptEmitter(g), *tensors, attr)
         return _ts_opforge_node(g, spec, tensors, attr)
 
     # parse_args names each argument from the signature (g, then the schema's arguments)
@@ -226,37 +222,45 @@ def _opforge_table():
             for spec in opforge_spec.OPS.values()}
 
 
+class _DynamoEmitter:
+    """The emitter of the spec's decompositions (OpSpec.decomposed) for the dynamo exporter."""
+
+    def __init__(self, opset):
+        self._opset = opset
+
+    def op(self, op_type, *inputs, **attributes):
+        return getattr(self._opset, op_type)(*inputs, **attributes)
+
+    def scalar(self, value, like):
+        return self._opset.CastLike(self._opset.Constant(value_float=float(value)), like)
+
+    def ints(self, values):
+        return self._opset.Constant(value_ints=list(values))
+
+    def reduce_mean(self, x, axes):
+        return self._opset.ReduceMean(x, self.ints(axes), keepdims=1)
+
+    def tiny(self, like):  # float32's: a traced value's type may not be known yet
+        return self.scalar(torch.finfo(torch.float32).tiny, like)
+
+
+def _decomposed_node(emitter, spec: opforge_spec.OpSpec):
+    def translate(*args, **kwargs):
+        bound = inspect.signature(translate).bind(*args, **kwargs)
+        bound.apply_defaults()
+        *tensors, attr = bound.arguments.values()
+        _check_attribute(spec.name, spec.attr.name, attr)
+        return spec.decomposed(emitter, *tensors, attr)
+
+    return _with_signature(translate, spec)
+
+
 def _decomposed_table():
-    from onnxscript import opset18 as op
+    from onnxscript import opset18
 
-    def scalar_like(value, x):
-        return op.CastLike(op.Constant(value_float=float(value)), x)
-
-    def swish(x, beta: float = _BETA):
-        _check_attribute("Swish", "beta", beta)
-        scaled = x if beta == 1.0 else op.Mul(x, scalar_like(beta, x))
-        return op.Mul(x, op.Sigmoid(scaled))
-
-    def swiglu(x, beta: float = _SWIGLU_BETA):
-        _check_attribute("SwiGLU", "beta", beta)
-        half = op.Div(op.Shape(x, start=-1), op.Constant(value_ints=[2]))
-        axes = op.Constant(value_ints=[-1])
-        a = op.Slice(x, op.Constant(value_ints=[0]), half, axes)
-        b = op.Slice(x, half, op.Constant(value_ints=[2**62]), axes)
-        scaled = a if beta == 1.0 else op.Mul(a, scalar_like(beta, x))
-        return op.Mul(op.Mul(a, op.Sigmoid(scaled)), b)
-
-    def rms_norm(x, weight, epsilon: float = _EPSILON):
-        _check_attribute("RMSNorm", "epsilon", epsilon)
-        square = op.Pow(x, scalar_like(2.0, x))
-        mean = op.ReduceMean(square, op.Constant(value_ints=[-1]), keepdims=1)
-        shifted = op.Add(mean, scalar_like(epsilon, x))
-        if epsilon == 0.0:  # keep rows of zeros exact (0/0 otherwise); only subnormal rows differ
-            shifted = op.Max(shifted, scalar_like(torch.finfo(torch.float32).tiny, x))
-        return op.Mul(op.Div(x, op.Sqrt(shifted)), weight)
-
-    return {torch.ops.opforge.swish.default: swish, torch.ops.opforge.rms_norm.default: rms_norm,
-            torch.ops.opforge.swiglu.default: swiglu}
+    emitter = _DynamoEmitter(opset18)
+    return {getattr(torch.ops.opforge, spec.torch_name).default: _decomposed_node(emitter, spec)
+            for spec in opforge_spec.OPS.values()}
 
 
 # --------------------------------------------------------------------------------------------
