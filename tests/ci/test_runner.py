@@ -2,10 +2,13 @@
 stage that skips its dependents and never stops the other cells, the report written per cell."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -159,3 +162,29 @@ def test_a_broken_executor_fails_its_stage_with_the_error_in_the_log(fake, monke
     result = data["cells"][0]["stages"]["build-loader"]
     assert (result["status"], result["detail"]) == ("fail", "RuntimeError: pip install ./kernels failed")
     assert "pip install ./kernels failed" in open(result["log"]).read()  # out is outside the repo
+
+
+def test_a_tool_run_by_a_suites_tests_reports_nothing_into_the_suites_result(
+        tmp_path, monkeypatch, matrix):
+    """opforge-align, run by its own tests, writes a stage result where $OPFORGE_STAGE_RESULT
+    points: a pytest stage's numbers stay its JUnit counts."""
+    suite = mx.REPO / "build" / "test-runner" / tmp_path.name  # stage folders are the repo's
+    shutil.rmtree(suite, ignore_errors=True)
+    suite.mkdir(parents=True)
+    (suite / "test_tool.py").write_text(
+        "import json, os\n\n\n"
+        "def test_runs_a_tool_that_reports():\n"
+        "    with open(os.environ['OPFORGE_STAGE_RESULT'], 'w') as result:\n"
+        "        json.dump({'numbers': {'align.failed': 1}}, result)\n")
+    stage = dataclasses.replace(matrix.stages["unit-loader"], tests=str(suite.relative_to(mx.REPO)), after=(),
+                                serial=True, tools=())
+    cell = mx.expand(matrix, "host")[0][0]
+    job = executors.Job(matrix, cell, stage, key="k", digest="d", inputs={},
+                        log=tmp_path / "stage.log", work=tmp_path / "work")
+    monkeypatch.setattr(executors, "prepared_venv", lambda job, ws, extra_tools=(): Path(sys.prefix))
+    try:
+        result = executors.pytest(job, Workspace(tmp_path / "out", say=lambda text: None))
+    finally:
+        shutil.rmtree(suite)
+    assert result.status == "pass", (tmp_path / "stage.log").read_text()
+    assert result.numbers["tests"] == 1 and "align.failed" not in result.numbers, result.numbers
