@@ -119,11 +119,11 @@ def torch_header() -> str:
 
 
 def python_module() -> str:
-    attributes = {op.name: (op.attr.name, op.attr.default) for op in OPS.values()}
+    attributes = {op.name: tuple((a.name, a.default) for a in op.attributes.values()) for op in OPS.values()}
     return (f'"""{HEADER[3:].strip()}"""\n\n'
             f"DOMAIN = {DOMAIN!r}\nDOMAIN_VERSION = {DOMAIN_VERSION!r}\n"
             f"OPS = {tuple(OPS)!r}\n"
-            f"# op -> (its one FLOAT attribute = TensorRT plugin field, default)\n"
+            f"# op -> its FLOAT attributes (= TensorRT plugin fields), each (name, default)\n"
             f"ATTRIBUTES = {attributes!r}\n")
 
 

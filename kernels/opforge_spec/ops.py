@@ -123,11 +123,6 @@ class OpSpec:
     #   e.tiny(like)                          the smallest normal number, of `like`'s type.
     decomposed: Callable | None = None
 
-    @property
-    def attr(self) -> Attr:
-        (attr,) = self.attributes.values()  # every op has one float attribute (ONNX AttributeProto.f)
-        return attr
-
     def x_error(self, shape) -> str | None:
         """The shape rule of X, as every layer words it; None when `shape` is valid."""
         shape = tuple(shape)

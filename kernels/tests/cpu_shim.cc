@@ -15,11 +15,11 @@ namespace cpu = opforge::kernels::cpu;
     cpu::swish_backward(dy, x, dx, n, beta);                                                 \
   }                                                                                          \
   extern "C" void swiglu_fwd_##SUFFIX(const T* x, T* y, int64_t rows, int64_t d, float beta) { \
-    cpu::swiglu_forward(x, y, 0, rows, d, beta);                                             \
+    cpu::gated_forward(x, y, 0, rows, d, cpu::CpuGate<k::SwiGLUGate>{beta});                                             \
   }                                                                                          \
   extern "C" void swiglu_bwd_##SUFFIX(const T* dy, const T* x, T* dx, int64_t rows, int64_t d, \
                                       float beta) {                                          \
-    cpu::swiglu_backward(dy, x, dx, 0, rows, d, beta);                                       \
+    cpu::gated_backward(dy, x, dx, 0, rows, d, cpu::CpuGate<k::SwiGLUGate>{beta});                                       \
   }                                                                                          \
   extern "C" void rms_fwd_##SUFFIX(const T* x, const T* w, T* y, int64_t rows, int64_t cols, \
                                    float eps) {                                              \

@@ -194,8 +194,8 @@ cudaError_t enqueue(int op, bool backward, int64_t rows, int64_t cols, float att
       return backward ? c::swish_backward(dy, a, y, rows * cols, attr, nullptr)
                       : c::swish_forward(a, y, rows * cols, attr, nullptr);
     case kSwiGLU:
-      return backward ? c::swiglu_backward(dy, a, y, rows, cols / 2, attr, nullptr)
-                      : c::swiglu_forward(a, y, rows, cols / 2, attr, nullptr);
+      return backward ? c::gated_backward(dy, a, y, rows, cols / 2, opforge::kernels::SwiGLUGate<>{attr}, nullptr)
+                      : c::gated_forward(a, y, rows, cols / 2, opforge::kernels::SwiGLUGate<>{attr}, nullptr);
     case kRMSNorm:
       return backward ? c::rms_norm_backward(dy, a, w, y, static_cast<float*>(out[1]), workspace,
                                              rows, cols, attr, nullptr)

@@ -57,7 +57,8 @@ class Kernels:
         y_shape = x.shape if backward else spec.output_shape(spec.OPS[op], x.shape)
         y = np.empty(y_shape, stored[0].dtype)
         dw = np.empty(cols, np.float32) if op == "RMSNorm" and backward else None
-        attr = spec.OPS[op].attr.default if attr is None else attr
+        defaults = [a.default for a in spec.OPS[op].attributes.values()]
+        attr = (defaults[0] if defaults else 0.0) if attr is None else attr
         status = self.lib.opforge_gpu_run(OPS[op], int(backward), DTYPES[dtype][0], in_offset,
                                           out_offset, rows, cols, attr, *map(ptr, stored), ptr(y),
                                           ptr(dw))

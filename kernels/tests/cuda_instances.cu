@@ -10,8 +10,8 @@ template <class T>
 cudaError_t every_launcher(T* a, T* b, T* out, float* dw, void* workspace, cudaStream_t s) {
   c::swish_forward(a, out, 9, 1.0f, s);
   c::swish_backward(a, b, out, 9, 1.0f, s);
-  c::swiglu_forward(a, out, 3, 3, 1.0f, s);
-  c::swiglu_backward(a, b, out, 3, 3, 1.0f, s);
+  c::gated_forward(a, out, 3, 3, opforge::kernels::SwiGLUGate<>{1.0f}, s);
+  c::gated_backward(a, b, out, 3, 3, opforge::kernels::SwiGLUGate<>{1.0f}, s);
   c::rms_norm_forward(a, b, out, 3, 3, 1e-6f, s);
   return c::rms_norm_backward(a, b, b, out, dw, workspace, 3, 3, 1e-6f, s);
 }

@@ -17,7 +17,8 @@ ARCH = "90"
 OLDEST_SHIPPED_ARCH = 75
 DTYPES = {"float": 4, "__half": 2, "__nv_bfloat16": 2}
 ROW_KERNELS = ("rms_norm_forward_kernel", "rms_norm_backward_kernel")
-GATED_KERNELS = ("swiglu_forward_kernel", "swiglu_backward_kernel")
+GATED_KERNELS = ("gated_forward_kernel", "gated_backward_kernel")
+GATES = ("opforge::kernels::SwiGLUGate<opforge::kernels::Sigmoid>",)  # each gated op's gate
 
 
 def demangle(names):
@@ -88,7 +89,7 @@ def by_function(listing: str, header: str) -> dict:
 
 
 def readable(functions: dict) -> dict:
-    """{'swiglu_forward_kernel<float, 4>': text, ...}: the kernel name and template arguments."""
+    """{'gated_forward_kernel<float, 4, ...SwiGLUGate<...> >': text, ...}: the kernel name and template arguments."""
     names = demangle(list(functions))
     out = {}
     for mangled, text in functions.items():
@@ -121,7 +122,7 @@ def expected_kernels():
         for v in widths:
             names += [f"elementwise_kernel<{dtype}, {v}, opforge::kernels::cuda::detail::SwishOp, 1>",
                       f"elementwise_kernel<{dtype}, {v}, opforge::kernels::cuda::detail::SwishGradOp, 2>"]
-            names += [f"{k}<{dtype}, {v}>" for k in GATED_KERNELS]
+            names += [f"{k}<{dtype}, {v}, {g} >" for k in GATED_KERNELS for g in GATES]  # c++filt: "> >"
             names += [f"{k}<{dtype}, {v}, {c}>" for k in ROW_KERNELS for c in ("true", "false")]
     return names + ["dw_sum_kernel<8u>"]
 

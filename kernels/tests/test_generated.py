@@ -42,8 +42,9 @@ def test_generated_files_say_so_in_their_first_line():
 def test_torch_schemas_carry_the_spec_defaults():
     schemas = generate.torch_schemas()
     for op in spec.OPS.values():
-        ((name, attr),) = op.attributes.items()
-        assert f"{op.torch_name}(" in "".join(schemas) and f"float {name}={attr.default!r}" in "".join(schemas)
+        assert f"{op.torch_name}(" in "".join(schemas)
+        for name, attr in op.attributes.items():
+            assert f"float {name}={attr.default!r}" in "".join(schemas)
     assert "swiglu.out(Tensor x, float beta=1.0, *, Tensor(a!) out) -> ()" in schemas
 
 
@@ -60,12 +61,14 @@ def test_descriptors_match_the_spec(tmp_path):
     got = _output_of(tmp_path, '#include "opforge/kernels/attrs.h"\n#include <cstdio>\n'
                      "namespace k = opforge::kernels;\n"
                      "int main() { for (const k::OpDesc* d : k::kOps)"
-                     ' std::printf("%s %s %d %s %.9g\\n", d->name, d->torch_name, d->nb_inputs,'
-                     " d->attr->name, d->attr->default_value); }\n").split("\n")
+                     ' { std::printf("%s %s %d", d->name, d->torch_name, d->nb_inputs);'
+                     ' for (int i = 0; i < d->nb_attrs; ++i)'
+                     ' std::printf(" %s %.9g", d->attrs[i]->name, d->attrs[i]->default_value);'
+                     ' std::printf("\\n"); } }\n').split("\n")
     assert len(got) == len(spec.OPS) + 1
     for line, op in zip(got, spec.OPS.values()):
-        ((name, attr),) = op.attributes.items()
-        assert line == f"{op.name} {op.torch_name} {len(op.inputs)} {name} {attr.default:.9g}"
+        attrs = "".join(f" {name} {attr.default:.9g}" for name, attr in op.attributes.items())
+        assert line == f"{op.name} {op.torch_name} {len(op.inputs)}{attrs}"
 
 
 def test_every_op_has_kernel_bindings_under_the_generated_op_list(tmp_path):
@@ -87,7 +90,8 @@ def _probe_op(name, torch_name, inputs, outputs, attrs):
 PROBES = {  # the op model beyond one input, one output and one attribute
     "Gated": _probe_op("Gated", "gated", ("X",), ("Y",), ()),
     "AddNorm": _probe_op("AddNorm", "add_norm", ("X", "R", "W"), ("Y", "H"),
-                         (spec.RMS_NORM.attr, spec.Attr("scale", 2.0, "a second one", spec.SWISH.attr.check))),
+                         (spec.RMS_NORM.attributes["epsilon"],
+                          spec.Attr("scale", 2.0, "a second one", spec.SWISH.attributes["beta"].check))),
 }
 
 

@@ -53,7 +53,7 @@ def test_float_loops_vectorize(tmp_path, march):
         return next(i + 1 for i in range(start, len(cpu_h)) if cpu_h[i].lstrip().startswith("for"))
 
     loops = {name: loop_line(name) for name in ("swish_forward_loop", "swish_backward_loop",
-                                                "swiglu_forward_loop", "swiglu_backward_loop")}
+                                                "gated_forward_loop", "gated_backward_loop")}
     for name, line in loops.items():
         assert re.search(rf"cpu\.h:{line}:\d+: optimized: loop vectorized using (32|64) byte",
                          report), f"{name} (cpu.h:{line}) not vectorized for {march}:\n{report}"

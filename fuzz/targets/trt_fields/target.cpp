@@ -12,10 +12,10 @@
 // The data buffer holds exactly `length` elements of the field's type (none when length <= 0),
 // as TensorRT guarantees, so ASan reports any read the field does not promise.
 //
-// Oracles beyond the sanitizers: a refusal logs an error; an accepted plugin holds a value the
+// Oracles beyond the sanitizers: a refusal logs an error; an accepted plugin holds values the
 // shared attribute rule admits and that the fields gave (or the default, at build time only),
-// never comes from a collection with a repeated field, and at runtime only from exactly the two
-// serialized fields; its serialized fields rebuild an equal plugin, and so does clone().
+// never comes from a collection with a repeated field, and at runtime only from exactly the
+// serialized fields (each attribute and format_version); its serialized fields rebuild an equal plugin, and so does clone().
 #include <NvInferRuntime.h>
 
 #include <opforge/kernels/attrs.h>
@@ -134,11 +134,18 @@ void decode(const uint8_t* data, size_t size, Decoded& out) {
 // ---- the oracle: what a correct creator may accept ------------------------------------------
 struct Expectation {
   bool well_formed = false;  // collection, array and every name present; nbFields >= 0
-  int attr_count = 0, format_count = 0, unknown_count = 0;
-  const PluginField* attr = nullptr;
+  int attr_count[kernels::kMaxAttrs] = {};
+  int format_count = 0, unknown_count = 0;
+  const PluginField* attr[kernels::kMaxAttrs] = {};
 };
 
-Expectation expect_from(const Decoded& in, const char* attr_name) {
+int attr_index_of(const kernels::OpDesc& op, const char* name) {
+  for (int32_t a = 0; a < op.nb_attrs; ++a)
+    if (std::strcmp(name, op.attrs[a]->name) == 0) return a;
+  return -1;
+}
+
+Expectation expect_from(const Decoded& in, const kernels::OpDesc& op) {
   Expectation e;
   const PluginFieldCollection* fc = in.passed;
   if (fc == nullptr) {  // no collection: no fields
@@ -149,7 +156,7 @@ Expectation expect_from(const Decoded& in, const char* attr_name) {
   for (int32_t i = 0; i < fc->nbFields; ++i) {
     const PluginField& f = fc->fields[i];
     if (f.name == nullptr) return e;
-    if (std::strcmp(f.name, attr_name) == 0) ++e.attr_count, e.attr = &f;
+    if (const int a = attr_index_of(op, f.name); a >= 0) ++e.attr_count[a], e.attr[a] = &f;
     else if (std::strcmp(f.name, "format_version") == 0) ++e.format_count;
     else ++e.unknown_count;
   }
@@ -157,30 +164,36 @@ Expectation expect_from(const Decoded& in, const char* attr_name) {
   return e;
 }
 
-float attribute_of(nvinfer1::IPluginV3* plugin, const char* attr_name, PluginFieldCollection* serialized_out) {
+// One serialized field: an attribute's value into `values`, or format_version checked.
+void read_serialized_field(const kernels::OpDesc& op, const PluginField& f, kernels::AttrValues* values,
+                           int* attrs_seen, bool* format_seen) {
+  if (f.name == nullptr || f.data == nullptr || f.length != 1) fail("malformed serialized field");
+  if (const int a = attr_index_of(op, f.name); a >= 0 && f.type == PluginFieldType::kFLOAT32) {
+    std::memcpy(&values->v[a], f.data, sizeof(float));
+    ++*attrs_seen;
+  } else if (std::strcmp(f.name, "format_version") == 0 && f.type == PluginFieldType::kINT32) {
+    int32_t version;
+    std::memcpy(&version, f.data, sizeof version);
+    if (version < 1 || version > OPFORGE_TRT_FORMAT_VERSION) fail("serialized format_version out of range");
+    *format_seen = true;
+  }
+}
+
+kernels::AttrValues attributes_of(nvinfer1::IPluginV3* plugin, const kernels::OpDesc& op,
+                                  PluginFieldCollection* serialized_out) {
   auto* runtime = static_cast<nvinfer1::IPluginV3OneRuntime*>(
       plugin->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
   if (runtime == nullptr) fail("no runtime capability");
   const PluginFieldCollection* fc = runtime->getFieldsToSerialize();
-  if (fc == nullptr || fc->nbFields != 2 || fc->fields == nullptr) fail("serialized fields are not 2");
-  float value = 0;
-  bool attr_seen = false, format_seen = false;
-  for (int32_t i = 0; i < 2; ++i) {
-    const PluginField& f = fc->fields[i];
-    if (f.name == nullptr || f.data == nullptr || f.length != 1) fail("malformed serialized field");
-    if (std::strcmp(f.name, attr_name) == 0 && f.type == PluginFieldType::kFLOAT32) {
-      std::memcpy(&value, f.data, sizeof value);
-      attr_seen = true;
-    } else if (std::strcmp(f.name, "format_version") == 0 && f.type == PluginFieldType::kINT32) {
-      int32_t version;
-      std::memcpy(&version, f.data, sizeof version);
-      if (version < 1 || version > OPFORGE_TRT_FORMAT_VERSION) fail("serialized format_version out of range");
-      format_seen = true;
-    }
-  }
-  if (!attr_seen || !format_seen) fail("serialized fields lack the attribute or format_version");
+  if (fc == nullptr || fc->nbFields != op.nb_attrs + 1 || fc->fields == nullptr)
+    fail("serialized fields are not the attributes and format_version");
+  kernels::AttrValues values;
+  int attrs_seen = 0;
+  bool format_seen = false;
+  for (int32_t i = 0; i < fc->nbFields; ++i) read_serialized_field(op, fc->fields[i], &values, &attrs_seen, &format_seen);
+  if (attrs_seen != op.nb_attrs || !format_seen) fail("serialized fields lack an attribute or format_version");
   if (serialized_out != nullptr) *serialized_out = *fc;
-  return value;
+  return values;
 }
 
 float given_value(const PluginField& f) {
@@ -194,35 +207,57 @@ float given_value(const PluginField& f) {
   return static_cast<float>(d);  // accepted, hence finite in float32: the cast is defined
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bits(const kernels::AttrValues& a, const kernels::AttrValues& b, int32_t count) {
+  return std::memcmp(a.v, b.v, sizeof(float) * count) == 0;
+}
 
 using Owned = std::unique_ptr<nvinfer1::IPluginV3>;
 
-// An accepted plugin: check it against the oracle, then its serialization round trip and clone.
-void check_accepted(nvinfer1::IPluginCreatorV3One* creator, const kernels::AttrSpec& attr, Owned plugin,
-                    const Expectation& e, TensorRTPhase phase) {
-  if (!e.well_formed || e.attr_count > 1 || e.format_count > 1) fail("accepted a malformed or repeated field set");
-  if (phase == TensorRTPhase::kRUNTIME && (e.attr_count != 1 || e.format_count != 1 || e.unknown_count != 0))
+// What the plugin must hold: each attribute the fields gave, else its default.
+kernels::AttrValues expected_values(const kernels::OpDesc& op, const Expectation& e) {
+  kernels::AttrValues expected;
+  for (int32_t a = 0; a < op.nb_attrs; ++a) {
+    const PluginField* f = e.attr[a];
+    if (f != nullptr && (f->data == nullptr || f->length != 1 ||
+                         (f->type != PluginFieldType::kFLOAT32 && f->type != PluginFieldType::kFLOAT64)))
+      fail("accepted an attribute field that is not one float32 or float64 value");
+    expected.v[a] = f != nullptr ? given_value(*f) : static_cast<float>(op.attrs[a]->default_value);
+  }
+  return expected;
+}
+
+void check_field_counts(const kernels::OpDesc& op, const Expectation& e, TensorRTPhase phase) {
+  if (!e.well_formed || e.format_count > 1) fail("accepted a malformed or repeated field set");
+  for (int32_t a = 0; a < op.nb_attrs; ++a) {
+    if (e.attr_count[a] > 1) fail("accepted a malformed or repeated field set");
+    if (phase == TensorRTPhase::kRUNTIME && e.attr_count[a] != 1) fail("accepted an incomplete serialized state");
+  }
+  if (phase == TensorRTPhase::kRUNTIME && (e.format_count != 1 || e.unknown_count != 0))
     fail("accepted an incomplete or foreign serialized state");
-  if (e.attr != nullptr && (e.attr->data == nullptr || e.attr->length != 1 ||
-                            (e.attr->type != PluginFieldType::kFLOAT32 && e.attr->type != PluginFieldType::kFLOAT64)))
-    fail("accepted an attribute field that is not one float32 or float64 value");
+}
+
+// An accepted plugin: check it against the oracle, then its serialization round trip and clone.
+void check_accepted(nvinfer1::IPluginCreatorV3One* creator, const kernels::OpDesc& op, Owned plugin,
+                    const Expectation& e, TensorRTPhase phase) {
+  check_field_counts(op, e, phase);
+  const kernels::AttrValues expected = expected_values(op, e);
   PluginFieldCollection serialized{};
-  const float value = attribute_of(plugin.get(), attr.name, &serialized);
-  if (!kernels::attr_valid(attr.range, value)) fail("accepted a value the attribute rule refuses");
-  const float expected = e.attr != nullptr ? given_value(*e.attr) : static_cast<float>(attr.default_value);
-  if (!same_bits(value, expected)) fail("the plugin holds another value than the fields gave");
+  const kernels::AttrValues values = attributes_of(plugin.get(), op, &serialized);
+  for (int32_t a = 0; a < op.nb_attrs; ++a)
+    if (!kernels::attr_valid(op.attrs[a]->range, values[a])) fail("accepted a value the attribute rule refuses");
+  if (!same_bits(values, expected, op.nb_attrs)) fail("the plugin holds another value than the fields gave");
 
   Owned again(creator->createPlugin("fuzz", &serialized, TensorRTPhase::kRUNTIME));
   if (!again) fail("its own serialized fields were refused");
   plugin.reset();  // the second plugin must not depend on the first
-  if (!same_bits(attribute_of(again.get(), attr.name, nullptr), expected)) fail("round trip changed the value");
+  if (!same_bits(attributes_of(again.get(), op, nullptr), expected, op.nb_attrs)) fail("round trip changed the value");
   Owned copy(again->clone());
-  if (!copy || !same_bits(attribute_of(copy.get(), attr.name, nullptr), expected)) fail("clone changed the value");
+  if (!copy || !same_bits(attributes_of(copy.get(), op, nullptr), expected, op.nb_attrs))
+    fail("clone changed the value");
 }
 
-void run_creator(nvinfer1::IPluginCreatorV3One* creator, const kernels::AttrSpec& attr, const Decoded& in) {
-  const Expectation e = expect_from(in, attr.name);
+void run_creator(nvinfer1::IPluginCreatorV3One* creator, const kernels::OpDesc& op, const Decoded& in) {
+  const Expectation e = expect_from(in, op);
   for (TensorRTPhase phase : {TensorRTPhase::kBUILD, TensorRTPhase::kRUNTIME}) {
     const int errors_before = g_logger.errors;
     Owned plugin(creator->createPlugin("fuzz", in.passed, phase));
@@ -230,7 +265,7 @@ void run_creator(nvinfer1::IPluginCreatorV3One* creator, const kernels::AttrSpec
       if (g_logger.errors == errors_before) fail("refused without logging an error");
       continue;
     }
-    check_accepted(creator, attr, std::move(plugin), e, phase);
+    check_accepted(creator, op, std::move(plugin), e, phase);
   }
 }
 
@@ -258,6 +293,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<nvinfer1::IPluginCreatorV3One*> creators = find_creators();
   Decoded in;
   decode(data, size, in);
-  for (size_t i = 0; i < creators.size(); ++i) run_creator(creators[i], *kernels::kOps[i]->attr, in);
+  for (size_t i = 0; i < creators.size(); ++i) run_creator(creators[i], *kernels::kOps[i], in);
   return 0;
 }

@@ -149,8 +149,8 @@ cudaError_t enqueue(int op, bool backward, Shape x, float attr, void* const* in,
     case kSwish:
       return backward ? c::swish_backward(dy, a, y, n, attr, s) : c::swish_forward(a, y, n, attr, s);
     case kSwiGLU:
-      return backward ? c::swiglu_backward(dy, a, y, x.rows, d, attr, s)
-                      : c::swiglu_forward(a, y, x.rows, d, attr, s);
+      return backward ? c::gated_backward(dy, a, y, x.rows, d, opforge::kernels::SwiGLUGate<>{attr}, s)
+                      : c::gated_forward(a, y, x.rows, d, opforge::kernels::SwiGLUGate<>{attr}, s);
     case kRMSNorm:
       return backward ? c::rms_norm_backward(dy, a, b, y, static_cast<float*>(out[1]), workspace,
                                              x.rows, x.cols, attr, s)

@@ -18,7 +18,7 @@ template <class Op, class T>
 OrtStatus* forward_typed(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor* w, void* y,
                          const opforge::kernels::RowView& v) {
   const kc::Forward<T> args{static_cast<const T*>(x.data), w ? static_cast<const T*>(w->data) : nullptr,
-                            static_cast<T*>(y), v.cols, k.attr};
+                            static_cast<T*>(y), v.cols, k.attrs};
   const int64_t rows_per_grain = v.cols >= kGrain ? 1 : kGrain / v.cols;
   return parallel_for(*k.api, ctx, v.rows, rows_per_grain,
                       [=](int64_t row_begin, int64_t row_end) { Op::forward(args, row_begin, row_end); });

@@ -19,10 +19,10 @@ constexpr int kFloat16 = 10;
 }  // namespace
 
 int forward(const opforge::kernels::OpDesc& op, int type, const void* x, const void* w, void* y, int64_t rows,
-            int64_t cols, float attr, void* stream) {
+            int64_t cols, const opforge::kernels::AttrValues& attrs, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  if (type == kFloat) return kc::forward_by_desc<float>(op, x, w, y, rows, cols, attr, s);
-  if (type == kFloat16) return kc::forward_by_desc<__half>(op, x, w, y, rows, cols, attr, s);
+  if (type == kFloat) return kc::forward_by_desc<float>(op, x, w, y, rows, cols, attrs, s);
+  if (type == kFloat16) return kc::forward_by_desc<__half>(op, x, w, y, rows, cols, attrs, s);
   return cudaErrorInvalidValue;
 }
 

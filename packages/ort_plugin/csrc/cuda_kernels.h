@@ -10,7 +10,7 @@ namespace opforge_ort::cuda {
 
 // type: ONNX element type, FLOAT or FLOAT16. X is [rows, cols] (shapes.h RowView); w may be nullptr.
 int forward(const opforge::kernels::OpDesc& op, int type, const void* x, const void* w, void* y, int64_t rows,
-            int64_t cols, float attr, void* stream);
+            int64_t cols, const opforge::kernels::AttrValues& attrs, void* stream);
 const char* error_string(int error);
 // nullptr when the current device can run this library's CUDA code (SASS or PTX, arch_guard.h);
 // else why not. Decided once per device.

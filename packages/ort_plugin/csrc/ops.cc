@@ -97,7 +97,9 @@ OrtStatus* float_attr(const Kernel& k, const OrtKernelInfo* info, const opforge:
 }
 
 OrtStatus* read_attributes(Kernel& k, const OrtKernelInfo* info) {
-  return float_attr(k, info, *k.def->desc->attr, &k.attr);
+  const opforge::kernels::OpDesc& op = *k.def->desc;
+  for (int32_t i = 0; i < op.nb_attrs; ++i) OPFORGE_TRY(float_attr(k, info, *op.attrs[i], &k.attrs.v[i]));
+  return nullptr;
 }
 
 template <class F>
@@ -196,7 +198,7 @@ OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
     OPFORGE_TRY(check_device_arch(k));
     void* stream = nullptr;
     OPFORGE_TRY(cuda_stream(k, ctx, &stream));
-    return cuda_status(k, cuda::forward(op, x.type, x.data, weighted ? w.data : nullptr, y, v.rows, v.cols, k.attr,
+    return cuda_status(k, cuda::forward(op, x.type, x.data, weighted ? w.data : nullptr, y, v.rows, v.cols, k.attrs,
                                         stream));
   }
 #endif

@@ -33,7 +33,7 @@ struct Kernel {
   const OrtApi* api;
   const OpDef* def;
   std::string node;
-  float attr;  // the op's one attribute (Swish: beta, RMSNorm: epsilon, ...)
+  opforge::kernels::AttrValues attrs;  // the op's attributes (Swish: beta, RMSNorm: epsilon, ...)
 
   const char* op_name() const { return def->desc->name; }
   bool on_cuda() const { return def->provider != nullptr; }

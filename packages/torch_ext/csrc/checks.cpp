@@ -154,19 +154,25 @@ void fail(const char* op, const std::string& what, const std::string& expected,
   throw std::runtime_error(opforge::kernels::error_text(op, what, expected, got));
 }
 
-void check_op(Backend backend, const OpDesc& op, const Tensor& x, const Tensor* w, double attr) {
+opforge::kernels::AttrValues kernel_attrs(const OpDesc& op, const Attrs& attrs) {
+  opforge::kernels::AttrValues values;
+  for (int32_t i = 0; i < op.nb_attrs; ++i) values.v[i] = static_cast<float>(attrs[i]);
+  return values;
+}
+
+void check_op(Backend backend, const OpDesc& op, const Tensor& x, const Tensor* w, const Attrs& attrs) {
   if (w != nullptr) check_same_device(op.name, "W", *w, "X", x);
   check_backend_device(backend, op.name, x);
   check_dtype(backend, op.name, "X", x);
   check_x_shape(op, x);
   if (w != nullptr) check_weight(op, x, *w);
-  check_attr(*op.attr, attr);
+  for (int32_t i = 0; i < op.nb_attrs; ++i) check_attr(*op.attrs[i], attrs[i]);
 }
 
 void check_op_backward(Backend backend, const OpDesc& op, const Tensor& dy, const Tensor& x,
-                       const Tensor* w, double attr) {
+                       const Tensor* w, const Attrs& attrs) {
   check_same_device(op.name, "dY", dy, "X", x);
-  check_op(backend, op, x, w, attr);
+  check_op(backend, op, x, w, attrs);
   check_same_dtype(op.name, "dY", dy, "X", x);
   check_shape(op.name, "dY", dy, output_shape(op, x), op.split > 1 ? "Y" : "X");
 }

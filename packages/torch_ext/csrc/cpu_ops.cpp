@@ -38,13 +38,13 @@ int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kGrainElements / s
 // y: contiguous, Y's shape. reused_y: y is the caller's buffer (an `out=`), not one just
 // allocated, so a large one is written with non-temporal stores (kernels/ cpu.h).
 template <class Op>
-void forward_into(const Tensor& x, const Tensor* w, double attr, Tensor& y, bool reused_y = false) {
+void forward_into(const Tensor& x, const Tensor* w, const Attrs& attrs, Tensor& y, bool reused_y = false) {
   const k::RowView v = row_view(Op::desc, x);
   dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     const bool stream = reused_y && k::cpu::streaming_pays_off(y.numel() * int64_t(sizeof(T)));
     const k::cpu::Forward<T> args{in<T>(x), w ? in<T>(*w) : nullptr, out<T>(y), v.cols,
-                                  static_cast<float>(attr), stream};
+                                  kernel_attrs(Op::desc, attrs), stream};
     torch::stable::parallel_for(0, v.rows, row_grain(v.cols), [&](int64_t b, int64_t e) {
       Op::forward(args, b, e);
     });
@@ -53,36 +53,36 @@ void forward_into(const Tensor& x, const Tensor* w, double attr, Tensor& y, bool
 
 struct Cpu {
   template <class Op>
-  static Tensor forward(const Tensor& x_in, const Tensor* w_in, double attr) {
-    check_op(Backend::CPU, Op::desc, x_in, w_in, attr);
+  static Tensor forward(const Tensor& x_in, const Tensor* w_in, const Attrs& attrs) {
+    check_op(Backend::CPU, Op::desc, x_in, w_in, attrs);
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
     Tensor y = torch::stable::new_empty(x, output_shape(Op::desc, x));
-    forward_into<Op>(x, w_in ? &w : nullptr, attr, y);
+    forward_into<Op>(x, w_in ? &w : nullptr, attrs, y);
     return y;
   }
 
   template <class Op>
-  static void forward_out(const Tensor& x_in, const Tensor* w_in, double attr, Tensor out) {
-    check_op(Backend::CPU, Op::desc, x_in, w_in, attr);
+  static void forward_out(const Tensor& x_in, const Tensor* w_in, const Attrs& attrs, Tensor out) {
+    check_op(Backend::CPU, Op::desc, x_in, w_in, attrs);
     check_out(Op::desc, out, x_in, w_in);
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
     write_into(out, x, output_shape(Op::desc, x), [&](Tensor& y) {
-      forward_into<Op>(x, w_in ? &w : nullptr, attr, y, /*reused_y=*/y.const_data_ptr() == out.const_data_ptr());
+      forward_into<Op>(x, w_in ? &w : nullptr, attrs, y, /*reused_y=*/y.const_data_ptr() == out.const_data_ptr());
     });
   }
 
   template <class Op>
-  static Tensor backward(const Tensor& dy_in, const Tensor& x_in, double attr) {
-    check_op_backward(Backend::CPU, Op::desc, dy_in, x_in, nullptr, attr);
+  static Tensor backward(const Tensor& dy_in, const Tensor& x_in, const Attrs& attrs) {
+    check_op_backward(Backend::CPU, Op::desc, dy_in, x_in, nullptr, attrs);
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor dy = torch::stable::contiguous(dy_in);
     Tensor dx = torch::stable::new_empty(x, x.sizes());
     const k::RowView v = row_view(Op::desc, x);
     dispatch(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      const k::cpu::Backward<T> args{in<T>(dy), in<T>(x), out<T>(dx), v.cols, static_cast<float>(attr)};
+      const k::cpu::Backward<T> args{in<T>(dy), in<T>(x), out<T>(dx), v.cols, kernel_attrs(Op::desc, attrs)};
       torch::stable::parallel_for(0, v.rows, row_grain(v.cols), [&](int64_t b, int64_t e) {
         Op::backward(args, b, e);
       });
@@ -94,7 +94,7 @@ struct Cpu {
 // dX per row; dW as per-block partial sums (float, double for double) reduced by torch::stable::sum.
 std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
                                              const Tensor& w_in, double epsilon) {
-  check_op_backward(Backend::CPU, k::kRMSNormOp, dy_in, x_in, &w_in, epsilon);
+  check_op_backward(Backend::CPU, k::kRMSNormOp, dy_in, x_in, &w_in, Attrs{epsilon});
   const Tensor x = torch::stable::contiguous(x_in);
   const Tensor w = torch::stable::contiguous(w_in);
   const Tensor dy = torch::stable::contiguous(dy_in);

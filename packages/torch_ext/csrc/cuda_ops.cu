@@ -57,43 +57,43 @@ void check_launch(const char* op, cudaError_t err) {
 
 // y: contiguous, Y's shape; the caller holds the device guard.
 template <class Op>
-void forward_into(const Tensor& x, const Tensor* w, double attr, Tensor& y) {
+void forward_into(const Tensor& x, const Tensor* w, const Attrs& attrs, Tensor& y) {
   const k::RowView v = row_view(Op::desc, x);
   // An empty launch grid is a CUDA error, and there is nothing to compute.
   if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     const k::cuda::Forward<T> args{in<T>(x), w ? in<T>(*w) : nullptr, out<T>(y), v.rows, v.cols,
-                                   static_cast<float>(attr)};
+                                   kernel_attrs(Op::desc, attrs)};
     check_launch(Op::desc.name, Op::forward(args, launch_stream(Op::desc.name, x)));
   });
 }
 
 struct Cuda {
   template <class Op>
-  static Tensor forward(const Tensor& x_in, const Tensor* w_in, double attr) {
-    check_op(Backend::CUDA, Op::desc, x_in, w_in, attr);
+  static Tensor forward(const Tensor& x_in, const Tensor* w_in, const Attrs& attrs) {
+    check_op(Backend::CUDA, Op::desc, x_in, w_in, attrs);
     torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
     Tensor y = torch::stable::new_empty(x, output_shape(Op::desc, x));
-    forward_into<Op>(x, w_in ? &w : nullptr, attr, y);
+    forward_into<Op>(x, w_in ? &w : nullptr, attrs, y);
     return y;
   }
 
   template <class Op>
-  static void forward_out(const Tensor& x_in, const Tensor* w_in, double attr, Tensor out) {
-    check_op(Backend::CUDA, Op::desc, x_in, w_in, attr);
+  static void forward_out(const Tensor& x_in, const Tensor* w_in, const Attrs& attrs, Tensor out) {
+    check_op(Backend::CUDA, Op::desc, x_in, w_in, attrs);
     check_out(Op::desc, out, x_in, w_in);
     torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
     write_into(out, x, output_shape(Op::desc, x),
-               [&](Tensor& y) { forward_into<Op>(x, w_in ? &w : nullptr, attr, y); });
+               [&](Tensor& y) { forward_into<Op>(x, w_in ? &w : nullptr, attrs, y); });
   }
 
   template <class Op>
-  static Tensor backward(const Tensor& dy_in, const Tensor& x_in, double attr) {
-    check_op_backward(Backend::CUDA, Op::desc, dy_in, x_in, nullptr, attr);
+  static Tensor backward(const Tensor& dy_in, const Tensor& x_in, const Attrs& attrs) {
+    check_op_backward(Backend::CUDA, Op::desc, dy_in, x_in, nullptr, attrs);
     torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor dy = torch::stable::contiguous(dy_in);
@@ -102,7 +102,7 @@ struct Cuda {
     if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       const k::cuda::Backward<T> args{in<T>(dy), in<T>(x), out<T>(dx), v.rows, v.cols,
-                                      static_cast<float>(attr)};
+                                      kernel_attrs(Op::desc, attrs)};
       check_launch(Op::desc.name, Op::backward(args, launch_stream(Op::desc.name, x)));
     });
     return dx;
@@ -113,7 +113,7 @@ struct Cuda {
 // its bits are the same on every run; then cast to W's dtype. The kernel writes all of dW.
 std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
                                              const Tensor& w_in, double epsilon) {
-  check_op_backward(Backend::CUDA, k::kRMSNormOp, dy_in, x_in, &w_in, epsilon);
+  check_op_backward(Backend::CUDA, k::kRMSNormOp, dy_in, x_in, &w_in, Attrs{epsilon});
   torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
   const Tensor x = torch::stable::contiguous(x_in);
   const Tensor w = torch::stable::contiguous(w_in);

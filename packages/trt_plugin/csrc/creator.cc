@@ -54,14 +54,23 @@ std::string describe(const PluginField& f) {
 
 // The fields createPlugin understands, found once each.
 struct Found {
-  const PluginField* attr = nullptr;
+  const PluginField* attrs[kernels::kMaxAttrs] = {};
   const PluginField* format = nullptr;
-  int32_t attr_index = -1;
+  int32_t attr_index[kernels::kMaxAttrs] = {};
   int32_t format_index = -1;
 };
 
 std::string expected_serialized(const OpSpec& spec) {
-  return std::string("one ") + spec.attr->name + " (float32[1]) and one " + kFormatField + " (int32[1])";
+  std::string text;
+  for (int32_t i = 0; i < spec.nb_attrs; ++i) text += std::string("one ") + spec.attrs[i]->name + " (float32[1]) and ";
+  return text + "one " + kFormatField + " (int32[1])";
+}
+
+// The index of the op's attribute named `name`, or -1.
+int32_t attr_index_of(const OpSpec& spec, const char* name) {
+  for (int32_t i = 0; i < spec.nb_attrs; ++i)
+    if (std::strcmp(name, spec.attrs[i]->name) == 0) return i;
+  return -1;
 }
 
 // Points `slot` at field i unless a field of that name came before. false: reported.
@@ -109,8 +118,8 @@ bool find_fields(const OpSpec& spec, const PluginFieldCollection* fc, bool seria
       return false;
     }
     bool ok = true;
-    if (std::strcmp(f.name, spec.attr->name) == 0) {
-      ok = take_once(spec, f, i, &found->attr, &found->attr_index);
+    if (const int32_t a = attr_index_of(spec, f.name); a >= 0) {
+      ok = take_once(spec, f, i, &found->attrs[a], &found->attr_index[a]);
     } else if (std::strcmp(f.name, kFormatField) == 0) {
       ok = take_once(spec, f, i, &found->format, &found->format_index);
     } else {
@@ -149,7 +158,7 @@ bool read_format_version(const OpSpec& spec, const PluginField& f) {
 
 // float32 is what we write; float64 is accepted and checked as the double it is, so a value
 // beyond float32's range is reported as itself (1e+300), not as the inf it would round to.
-bool read_attribute(const OpSpec& spec, const PluginField& f, double* value) {
+bool read_attribute(const OpSpec& spec, const kernels::AttrSpec& attr, const PluginField& f, double* value) {
   if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kFLOAT32) {
     float v;
     std::memcpy(&v, f.data, sizeof v);
@@ -160,27 +169,35 @@ bool read_attribute(const OpSpec& spec, const PluginField& f, double* value) {
     std::memcpy(value, f.data, sizeof *value);
     return true;
   }
-  report(spec.name, spec.attr->name, "one float32 value", describe(f));
+  report(spec.name, attr.name, "one float32 value", describe(f));
   return false;
 }
 
-// The op's attribute from the fields, by the rules of the phase. false: reported.
-bool read_fields(const OpSpec& spec, const PluginFieldCollection* fc, bool serialized, float* attr) {
+// Attribute `attr` from its field (or its default), checked by the shared rule. false: reported.
+bool read_attr_field(const OpSpec& spec, const kernels::AttrSpec& attr, const PluginField* field, bool serialized,
+                     float* out) {
+  double value = attr.default_value;
+  const bool found_ok = field != nullptr ? read_attribute(spec, attr, *field, &value)
+                                         : is_absence_allowed(spec, attr.name, "float32", serialized);
+  if (!found_ok) return false;
+  const std::string error = kernels::attr_error(attr, value);
+  if (!error.empty()) {
+    log(nvinfer1::ILogger::Severity::kERROR, error);
+    return false;
+  }
+  *out = static_cast<float>(value);  // finite in float32: the rule above guarantees the cast is defined
+  return true;
+}
+
+// The op's attributes from the fields, by the rules of the phase. false: reported.
+bool read_fields(const OpSpec& spec, const PluginFieldCollection* fc, bool serialized, kernels::AttrValues* attrs) {
   Found found;
   if (!find_fields(spec, fc, serialized, &found)) return false;
   const bool format_ok = found.format != nullptr ? read_format_version(spec, *found.format)
                                                  : is_absence_allowed(spec, kFormatField, "int32", serialized);
   if (!format_ok) return false;
-  double value = spec.attr->default_value;
-  const bool attr_ok = found.attr != nullptr ? read_attribute(spec, *found.attr, &value)
-                                             : is_absence_allowed(spec, spec.attr->name, "float32", serialized);
-  if (!attr_ok) return false;
-  const std::string error = kernels::attr_error(*spec.attr, value);
-  if (!error.empty()) {
-    log(nvinfer1::ILogger::Severity::kERROR, error);
-    return false;
-  }
-  *attr = static_cast<float>(value);  // finite in float32: the rule above guarantees the cast is defined
+  for (int32_t i = 0; i < spec.nb_attrs; ++i)
+    if (!read_attr_field(spec, *spec.attrs[i], found.attrs[i], serialized, &attrs->v[i])) return false;
   return true;
 }
 
@@ -188,18 +205,20 @@ bool read_fields(const OpSpec& spec, const PluginFieldCollection* fc, bool seria
 
 Creator::Creator(const OpSpec& spec)
     : spec_(&spec),
-      default_(static_cast<float>(spec.attr->default_value)),
-      field_(spec.attr->name, &default_, PluginFieldType::kFLOAT32, 1),
-      field_names_{1, &field_} {}
+      defaults_(kernels::default_attrs(spec)),
+      field_names_{spec.nb_attrs, fields_.data()} {
+  for (int32_t i = 0; i < spec.nb_attrs; ++i)
+    fields_[i] = PluginField(spec.attrs[i]->name, &defaults_.v[i], PluginFieldType::kFLOAT32, 1);
+}
 
 nvinfer1::IPluginV3* Creator::createPlugin(const char*, const PluginFieldCollection* fc,
                                            nvinfer1::TensorRTPhase phase) noexcept {
   try {
     // Anything but the build phase rebuilds a plugin from state we wrote: the strict rules.
     const bool serialized = phase != nvinfer1::TensorRTPhase::kBUILD;
-    float attr = 0.0f;
-    if (!read_fields(*spec_, fc, serialized, &attr)) return nullptr;
-    return new (std::nothrow) Plugin(*spec_, attr);
+    kernels::AttrValues attrs;
+    if (!read_fields(*spec_, fc, serialized, &attrs)) return nullptr;
+    return new (std::nothrow) Plugin(*spec_, attrs);
   } catch (...) {  // std::string allocation in a message: never let it cross into TensorRT
     return nullptr;
   }

@@ -15,7 +15,7 @@ enum class Element { kFloat, kHalf, kBFloat16 };
 
 // Y of `op` for X viewed as [rows, cols] (shapes.h RowView); w: the second input, or nullptr.
 cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* x, const void* w, void* y,
-                    int64_t rows, int64_t cols, float attr, cudaStream_t stream);
+                    int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs, cudaStream_t stream);
 
 // "" when the current device can run this library's CUDA code (SASS or PTX, arch_guard.h); else
 // why not. Decided once per device.

@@ -65,7 +65,7 @@ nvinfer1::IPluginCapability* Plugin::getCapabilityInterface(nvinfer1::PluginCapa
   return nullptr;
 }
 
-nvinfer1::IPluginV3* Plugin::clone() noexcept { return new (std::nothrow) Plugin(*spec_, attr_); }
+nvinfer1::IPluginV3* Plugin::clone() noexcept { return new (std::nothrow) Plugin(*spec_, attrs_); }
 
 nvinfer1::IPluginV3* Plugin::attachToContext(nvinfer1::IPluginResourceContext*) noexcept {
   // Each execution context gets its own plugin object; the plugin holds no per-context resources.
@@ -186,7 +186,7 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
   }
   const kernels::RowView v = kernels::row_view(*spec_, x.d, x.nbDims);
   const cudaError_t status = cuda::forward(*spec_, element, inputs[0], spec_->nb_inputs > 1 ? inputs[1] : nullptr,
-                                           outputs[0], v.rows, v.cols, attr_, stream);
+                                           outputs[0], v.rows, v.cols, attrs_, stream);
   if (status != cudaSuccess) {
     report(spec_->name, "CUDA kernel launch", "cudaSuccess",
            std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")");
@@ -196,9 +196,11 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
 }
 
 const nvinfer1::PluginFieldCollection* Plugin::getFieldsToSerialize() noexcept {
-  fields_[0] = PluginField(spec_->attr->name, &attr_, PluginFieldType::kFLOAT32, 1);
-  fields_[1] = PluginField(kFormatField, &format_version_, PluginFieldType::kINT32, 1);
-  field_collection_.nbFields = static_cast<int32_t>(fields_.size());
+  const int32_t count = spec_->nb_attrs;
+  for (int32_t i = 0; i < count; ++i)
+    fields_[i] = PluginField(spec_->attrs[i]->name, &attrs_.v[i], PluginFieldType::kFLOAT32, 1);
+  fields_[count] = PluginField(kFormatField, &format_version_, PluginFieldType::kINT32, 1);
+  field_collection_.nbFields = count + 1;
   field_collection_.fields = fields_.data();
   return &field_collection_;
 }

@@ -1,4 +1,4 @@
-// IPluginV3 plugins for the opforge ops: one class for every op (one float attribute, one output,
+// IPluginV3 plugins for the opforge ops: one class for every op (its float attributes, one output,
 // LINEAR float/half/bf16 tensors, serialization as fields), driven by the op's generated descriptor
 // (input checks, output shape: shapes.h) and its CUDA launcher (cuda_launch.cu).
 #pragma once
@@ -22,8 +22,8 @@ constexpr char kPluginVersion[] = "1";
 constexpr int32_t kFormatVersion = OPFORGE_TRT_FORMAT_VERSION;
 constexpr char kFormatField[] = "format_version";
 
-// The descriptors generated from opforge_spec: plugin name = ONNX op_type, its one field = the ONNX
-// attribute (name, default, valid range), the inputs. constexpr: initialized before any static
+// The descriptors generated from opforge_spec: plugin name = ONNX op_type, its fields = the ONNX
+// attributes (name, default, valid range), the inputs. constexpr: initialized before any static
 // constructor (the creators in entry.cc point at them).
 using OpSpec = opforge::kernels::OpDesc;
 
@@ -32,8 +32,8 @@ class Plugin final : public nvinfer1::IPluginV3,
                public nvinfer1::IPluginV3OneBuild,
                public nvinfer1::IPluginV3OneRuntime {
  public:
-  Plugin(const OpSpec& spec, float attr) : spec_(&spec), attr_(attr) {}
-  float attribute() const { return attr_; }
+  Plugin(const OpSpec& spec, const opforge::kernels::AttrValues& attrs) : spec_(&spec), attrs_(attrs) {}
+  const opforge::kernels::AttrValues& attributes() const { return attrs_; }
 
   // IPluginV3
   nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
@@ -71,14 +71,14 @@ class Plugin final : public nvinfer1::IPluginV3,
   int32_t check_counts(int32_t nbInputs, int32_t nbOutputs) const noexcept;
 
   const OpSpec* spec_;
-  float attr_;
+  opforge::kernels::AttrValues attrs_;
   int32_t format_version_ = kFormatVersion;
   // Rebuilt by getFieldsToSerialize() from the values above: no pointer outlives a call.
-  std::array<nvinfer1::PluginField, 2> fields_{};
+  std::array<nvinfer1::PluginField, opforge::kernels::kMaxAttrs + 1> fields_{};
   nvinfer1::PluginFieldCollection field_collection_{};
 };
 
-// One creator per op. getFieldNames() declares the op's attribute only (what TensorRT's ONNX
+// One creator per op. getFieldNames() declares the op's attributes only (what TensorRT's ONNX
 // parser maps node attributes onto); createPlugin() also reads format_version from serialized fields.
 // Build phase (ONNX node attributes): a missing attribute takes its default, unknown fields are
 // ignored with a warning. Runtime phase (an engine's serialized state): exactly the fields
@@ -95,8 +95,8 @@ class Creator final : public nvinfer1::IPluginCreatorV3One {
 
  private:
   const OpSpec* spec_;
-  float default_;  // getFieldNames() points at it
-  nvinfer1::PluginField field_;
+  opforge::kernels::AttrValues defaults_;  // getFieldNames() points at them
+  std::array<nvinfer1::PluginField, opforge::kernels::kMaxAttrs> fields_{};
   nvinfer1::PluginFieldCollection field_names_{};
 };
 

@@ -79,7 +79,40 @@ inline std::string attr_error(const AttrSpec& attr, double value) {
   return error_text(attr.op, attr.name, attr_expectation(attr.range), format_number(value));
 }
 
+// An op's attribute values as its kernels take them (float32), in the descriptor's order.
+inline constexpr int32_t kMaxAttrs = 4;
+
+struct AttrValues {
+  float v[kMaxAttrs] = {};
+  constexpr float operator[](int32_t i) const { return v[i]; }
+};
+
 }  // namespace opforge::kernels
 
 // kSwishBeta, kSwishOp, ...: the descriptors generated from opforge_spec.
 #include "opforge/kernels/ops_generated.h"
+
+namespace opforge::kernels {
+
+constexpr bool attrs_fit(const OpDesc* const* ops, int32_t count) {
+  return count == 0 || (ops[0]->nb_attrs <= kMaxAttrs && attrs_fit(ops + 1, count - 1));
+}
+static_assert(attrs_fit(kOps, sizeof kOps / sizeof kOps[0]), "an op has more attributes than AttrValues holds");
+
+// Every attribute's default, as a node without attributes gets them.
+inline AttrValues default_attrs(const OpDesc& op) {
+  AttrValues values;
+  for (int32_t i = 0; i < op.nb_attrs; ++i) values.v[i] = static_cast<float>(op.attrs[i]->default_value);
+  return values;
+}
+
+// Empty when every value is valid for its attribute, else the first canonical error text.
+inline std::string attrs_error(const OpDesc& op, const double* values) {
+  for (int32_t i = 0; i < op.nb_attrs; ++i) {
+    std::string error = attr_error(*op.attrs[i], values[i]);
+    if (!error.empty()) return error;
+  }
+  return {};
+}
+
+}  // namespace opforge::kernels

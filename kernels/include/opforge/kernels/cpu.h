@@ -226,40 +226,45 @@ OPFORGE_ALWAYS_INLINE void swish_backward_loop(const T* dy, const T* x, T* dx, i
   for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(fast_swish_grad(load(dy[i]), load(x[i]), beta));
 }
 
-// Rows of X [rows, 2d] -> Y [rows, d]: Y = swish(A, beta) * B with A = X[:, :d], B = X[:, d:].
-template <class T>
-OPFORGE_ALWAYS_INLINE void swiglu_forward_loop(const T* a, T* y, int64_t d, float beta) {
+// The vectorizable sigmoid (float; float64 exactly) that the CPU instances of math.h's gates use.
+struct FastSigmoid {
+  template <class C>
+  OPFORGE_ALWAYS_INLINE C operator()(C t) const { return fast_sigmoid(t); }
+};
+
+// Rows of X [rows, 2d] -> Y [rows, d]: Y = gate(A) * B with A = X[:, :d], B = X[:, d:].
+template <class T, class Gate>
+OPFORGE_ALWAYS_INLINE void gated_forward_loop(const T* a, T* y, int64_t d, const Gate& gate) {
   const T* b = a + d;
-  for (int64_t j = 0; j < d; ++j) y[j] = store<T>(fast_swish(load(a[j]), beta) * load(b[j]));
+  for (int64_t j = 0; j < d; ++j) y[j] = store<T>(gate.value(load(a[j])) * load(b[j]));
 }
 
-// dA = dY * B * swish'(A), dB = dY * swish(A), for one row.
-template <class T>
-OPFORGE_ALWAYS_INLINE void swiglu_backward_loop(const T* dy, const T* a, T* da, int64_t d,
-                                                float beta) {
+// dA = dY * B * gate'(A), dB = dY * gate(A), for one row.
+template <class T, class Gate>
+OPFORGE_ALWAYS_INLINE void gated_backward_loop(const T* dy, const T* a, T* da, int64_t d,
+                                               const Gate& gate) {
   const T* b = a + d;
   T* db = da + d;
   for (int64_t j = 0; j < d; ++j) {
-    const auto av = load(a[j]);
     const auto g = load(dy[j]);
-    const auto s = fast_sigmoid(beta * av);
-    da[j] = store<T>(g * load(b[j]) * (s + beta * av * s * (1 - s)));
-    db[j] = store<T>(g * (av * s));
+    const auto at_a = gate.slope(load(a[j]));
+    da[j] = store<T>(g * load(b[j]) * at_a.slope);
+    db[j] = store<T>(g * at_a.value);
   }
 }
 
-template <class T>
-OPFORGE_ALWAYS_INLINE void swiglu_forward_rows(const T* x, T* y, int64_t row_begin,
-                                               int64_t row_end, int64_t d, float beta) {
+template <class T, class Gate>
+OPFORGE_ALWAYS_INLINE void gated_forward_rows(const T* x, T* y, int64_t row_begin,
+                                              int64_t row_end, int64_t d, const Gate& gate) {
   for (int64_t row = row_begin; row < row_end; ++row)
-    swiglu_forward_loop(x + row * 2 * d, y + row * d, d, beta);
+    gated_forward_loop(x + row * 2 * d, y + row * d, d, gate);
 }
 
-template <class T>
-OPFORGE_ALWAYS_INLINE void swiglu_backward_rows(const T* dy, const T* x, T* dx, int64_t row_begin,
-                                                int64_t row_end, int64_t d, float beta) {
+template <class T, class Gate>
+OPFORGE_ALWAYS_INLINE void gated_backward_rows(const T* dy, const T* x, T* dx, int64_t row_begin,
+                                               int64_t row_end, int64_t d, const Gate& gate) {
   for (int64_t row = row_begin; row < row_end; ++row)
-    swiglu_backward_loop(dy + row * d, x + row * 2 * d, dx + row * 2 * d, d, beta);
+    gated_backward_loop(dy + row * d, x + row * 2 * d, dx + row * 2 * d, d, gate);
 }
 
 // One row formula for every storage type: C is the compute type (float, double for double);
@@ -313,14 +318,6 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
                                                      float beta) {                                \
     swish_backward_loop(dy, x, dx, n, beta);                                                      \
   }                                                                                               \
-  OPFORGE_CPU_ENTRY void swiglu_forward_##SUFFIX(const T* x, T* y, int64_t r0, int64_t r1,    \
-                                                     int64_t d, float beta) {                     \
-    swiglu_forward_rows(x, y, r0, r1, d, beta);                                                   \
-  }                                                                                               \
-  OPFORGE_CPU_ENTRY void swiglu_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t r0, \
-                                                      int64_t r1, int64_t d, float beta) {        \
-    swiglu_backward_rows(dy, x, dx, r0, r1, d, beta);                                             \
-  }                                                                                               \
   OPFORGE_CPU_ENTRY void rms_norm_forward_##SUFFIX(const T* x, const T* w, T* y, int64_t r0,  \
                                                        int64_t r1, int64_t cols, float eps) {     \
     rms_norm_forward_rows(x, w, y, r0, r1, cols, eps);                                            \
@@ -336,6 +333,26 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
     rms_norm_backward_rows(dy, x, w, dx, dw, r0, r1, cols, eps);                                  \
   }
 
+// A gated op's entries for one storage type: the shared gated rows with its gate (math.h) on the
+// CPU's sigmoid.
+#define OPFORGE_DEFINE_GATED_ENTRIES(NAME, GATE, T, SUFFIX)                                       \
+  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, T* y, int64_t r0, int64_t r1,      \
+                                                 int64_t d, GATE<FastSigmoid> gate) {             \
+    gated_forward_rows(x, y, r0, r1, d, gate);                                                    \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t r0,   \
+                                                  int64_t r1, int64_t d, GATE<FastSigmoid> gate) { \
+    gated_backward_rows(dy, x, dx, r0, r1, d, gate);                                              \
+  }
+
+// Every gated op: (entry name, gate of math.h).
+#define OPFORGE_FOR_EACH_GATE(X) X(swiglu, SwiGLUGate)
+
+#define OPFORGE_DEFINE_GATE_ENTRIES(NAME, GATE)              \
+  OPFORGE_DEFINE_GATED_ENTRIES(NAME, GATE, float, f32)       \
+  OPFORGE_DEFINE_GATED_ENTRIES(NAME, GATE, bfloat16, bf16)   \
+  OPFORGE_DEFINE_GATED_ENTRIES(NAME, GATE, double, f64)
+
 #if defined(__clang__)
 #pragma clang diagnostic push
 #pragma clang diagnostic ignored "-Wunused-function"
@@ -343,9 +360,12 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
 OPFORGE_DEFINE_CPU_ENTRIES(float, f32)
 OPFORGE_DEFINE_CPU_ENTRIES(bfloat16, bf16)
 OPFORGE_DEFINE_CPU_ENTRIES(double, f64)
+OPFORGE_FOR_EACH_GATE(OPFORGE_DEFINE_GATE_ENTRIES)
 #if defined(__clang__)
 #pragma clang diagnostic pop
 #endif
+#undef OPFORGE_DEFINE_GATE_ENTRIES
+#undef OPFORGE_DEFINE_GATED_ENTRIES
 #undef OPFORGE_DEFINE_CPU_ENTRIES
 
 }  // namespace detail
@@ -358,7 +378,7 @@ constexpr int64_t kStreamMinBytes = int64_t(32) << 20;
 inline bool streaming_pays_off(int64_t output_bytes) { return output_bytes >= kStreamMinBytes; }
 
 // Elementwise ops take a flat range; row ops take rows [row_begin, row_end) of a contiguous
-// [rows, cols] tensor (SwiGLU: X is [rows, 2d], Y is [rows, d]).
+// [rows, cols] tensor (a gated op: X is [rows, 2d], Y is [rows, d]).
 
 template <class T>
 void swish_forward(const T* x, T* y, int64_t n, float beta);
@@ -368,11 +388,16 @@ template <class T>
 void swish_forward_streamed(const T* x, T* y, int64_t n, float beta);
 template <class T>
 void swish_backward(const T* dy, const T* x, T* dx, int64_t n, float beta);
-template <class T>
-void swiglu_forward(const T* x, T* y, int64_t row_begin, int64_t row_end, int64_t d, float beta);
-template <class T>
-void swiglu_backward(const T* dy, const T* x, T* dx, int64_t row_begin, int64_t row_end,
-                     int64_t d, float beta);
+// A gated op's gate on the CPU's sigmoid: SwiGLUGate{beta}, ...
+template <template <class> class Gate>
+using CpuGate = Gate<detail::FastSigmoid>;
+
+// Gated ops (X [rows, 2d] -> Y [rows, d], Y = gate(A) * B): rows [row_begin, row_end).
+template <class T, class Gate>
+void gated_forward(const T* x, T* y, int64_t row_begin, int64_t row_end, int64_t d, const Gate& gate);
+template <class T, class Gate>
+void gated_backward(const T* dy, const T* x, T* dx, int64_t row_begin, int64_t row_end, int64_t d,
+                    const Gate& gate);
 template <class T>
 void rms_norm_forward(const T* x, const T* w, T* y, int64_t row_begin, int64_t row_end,
                       int64_t cols, float eps);
@@ -394,16 +419,6 @@ void rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, Acc* dw_acc, 
     detail::swish_backward_##SUFFIX(dy, x, dx, n, beta);                                           \
   }                                                                                                \
   template <>                                                                                      \
-  inline void swiglu_forward<T>(const T* x, T* y, int64_t r0, int64_t r1, int64_t d,               \
-                                float beta) {                                                      \
-    detail::swiglu_forward_##SUFFIX(x, y, r0, r1, d, beta);                                        \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void swiglu_backward<T>(const T* dy, const T* x, T* dx, int64_t r0, int64_t r1,           \
-                                 int64_t d, float beta) {                                          \
-    detail::swiglu_backward_##SUFFIX(dy, x, dx, r0, r1, d, beta);                                  \
-  }                                                                                                \
-  template <>                                                                                      \
   inline void rms_norm_forward<T>(const T* x, const T* w, T* y, int64_t r0, int64_t r1,            \
                                   int64_t cols, float eps) {                                       \
     detail::rms_norm_forward_##SUFFIX(x, w, y, r0, r1, cols, eps);                                 \
@@ -423,6 +438,28 @@ OPFORGE_BIND_CPU_ENTRIES(float, f32)
 OPFORGE_BIND_CPU_ENTRIES(bfloat16, bf16)
 OPFORGE_BIND_CPU_ENTRIES(double, f64)
 #undef OPFORGE_BIND_CPU_ENTRIES
+
+#define OPFORGE_BIND_GATED_ENTRIES(NAME, GATE, T, SUFFIX)                                         \
+  template <>                                                                                      \
+  inline void gated_forward<T, CpuGate<GATE>>(const T* x, T* y, int64_t r0, int64_t r1, int64_t d, \
+                                              const CpuGate<GATE>& gate) {                         \
+    detail::NAME##_forward_##SUFFIX(x, y, r0, r1, d, gate);                                        \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void gated_backward<T, CpuGate<GATE>>(const T* dy, const T* x, T* dx, int64_t r0,         \
+                                               int64_t r1, int64_t d, const CpuGate<GATE>& gate) { \
+    detail::NAME##_backward_##SUFFIX(dy, x, dx, r0, r1, d, gate);                                  \
+  }
+
+#define OPFORGE_BIND_GATE_ENTRIES(NAME, GATE)              \
+  OPFORGE_BIND_GATED_ENTRIES(NAME, GATE, float, f32)       \
+  OPFORGE_BIND_GATED_ENTRIES(NAME, GATE, bfloat16, bf16)   \
+  OPFORGE_BIND_GATED_ENTRIES(NAME, GATE, double, f64)
+
+OPFORGE_FOR_EACH_GATE(OPFORGE_BIND_GATE_ENTRIES)
+#undef OPFORGE_BIND_GATE_ENTRIES
+#undef OPFORGE_BIND_GATED_ENTRIES
+#undef OPFORGE_FOR_EACH_GATE
 
 }  // namespace cpu
 }  // namespace opforge::kernels

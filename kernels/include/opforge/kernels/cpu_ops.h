@@ -14,7 +14,7 @@ struct Forward {
   const T* w;  // the per-column weight, or nullptr
   T* y;
   int64_t cols;
-  float attr;
+  AttrValues attrs;  // the op's attributes, in its descriptor's order
   bool stream_y = false;  // Y is a large, reused buffer: non-temporal stores (Swish; cpu.h)
 };
 
@@ -24,18 +24,18 @@ struct Backward {  // dX of an op whose only tensor input is X
   const T* x;
   T* dx;
   int64_t cols;
-  float attr;
+  AttrValues attrs;  // the op's attributes, in its descriptor's order
 };
 
 struct SwishKernel {
   static constexpr const OpDesc& desc = kSwishOp;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    (a.stream_y ? swish_forward_streamed<T> : swish_forward<T>)(a.x + r0, a.y + r0, r1 - r0, a.attr);
+    (a.stream_y ? swish_forward_streamed<T> : swish_forward<T>)(a.x + r0, a.y + r0, r1 - r0, a.attrs[0]);
   }
   template <class T>
   static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
-    swish_backward<T>(a.dy + r0, a.x + r0, a.dx + r0, r1 - r0, a.attr);
+    swish_backward<T>(a.dy + r0, a.x + r0, a.dx + r0, r1 - r0, a.attrs[0]);
   }
 };
 
@@ -43,7 +43,7 @@ struct RMSNormKernel {
   static constexpr const OpDesc& desc = kRMSNormOp;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    rms_norm_forward<T>(a.x, a.w, a.y, r0, r1, a.cols, a.attr);
+    rms_norm_forward<T>(a.x, a.w, a.y, r0, r1, a.cols, a.attrs[0]);
   }
   // backward: dW is a reduction over rows; the layers schedule it themselves (rms_norm_backward).
 };
@@ -52,11 +52,11 @@ struct SwiGLUKernel {
   static constexpr const OpDesc& desc = kSwiGLUOp;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    swiglu_forward<T>(a.x, a.y, r0, r1, a.cols / 2, a.attr);
+    gated_forward<T>(a.x, a.y, r0, r1, a.cols / 2, CpuGate<SwiGLUGate>{a.attrs[0]});
   }
   template <class T>
   static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
-    swiglu_backward<T>(a.dy, a.x, a.dx, r0, r1, a.cols / 2, a.attr);
+    gated_backward<T>(a.dy, a.x, a.dx, r0, r1, a.cols / 2, CpuGate<SwiGLUGate>{a.attrs[0]});
   }
 };
 

@@ -127,11 +127,12 @@ cudaError_t launch_elementwise(Op op, const T* a, const T* b, T* out, int64_t n,
   });
 }
 
-// ---- gated (SwiGLU): rows and packets indexed apart, no division per element ------------------
+// ---- gated (any gate of math.h): rows and packets indexed apart, no division per element -------
 
-template <class T, int kVec>
-__global__ void swiglu_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
-                                      int64_t d, float beta) {
+// Y = gate(A) * B
+template <class T, int kVec, class Gate>
+__global__ void gated_forward_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
+                                     int64_t d, Gate gate) {
   ci::gated_visit(this_launch(), block_index(), thread_index(), rows, d / kVec,
                   [&](int64_t row, int64_t p) {
                     const ci::GatedOffsets at = ci::gated_offsets(row, p * kVec, d);
@@ -139,16 +140,16 @@ __global__ void swiglu_forward_kernel(const T* __restrict__ x, T* __restrict__ y
                     Packet<T, kVec> out;
 #pragma unroll
                     for (int k = 0; k < kVec; ++k) {
-                      out.v[k] = from_float<T>(swiglu(to_float(a.v[k]), to_float(b.v[k]), beta));
+                      out.v[k] = from_float<T>(gate.value(to_float(a.v[k])) * to_float(b.v[k]));
                     }
                     store<kVec>(y + at.y, out);
                   });
 }
 
-// dA = dY * B * swish'(A), dB = dY * swish(A)
-template <class T, int kVec>
-__global__ void swiglu_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                       T* __restrict__ dx, int64_t rows, int64_t d, float beta) {
+// dA = dY * B * gate'(A), dB = dY * gate(A)
+template <class T, int kVec, class Gate>
+__global__ void gated_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                      T* __restrict__ dx, int64_t rows, int64_t d, Gate gate) {
   ci::gated_visit(this_launch(), block_index(), thread_index(), rows, d / kVec,
                   [&](int64_t row, int64_t p) {
                     const ci::GatedOffsets at = ci::gated_offsets(row, p * kVec, d);
@@ -157,9 +158,10 @@ __global__ void swiglu_backward_kernel(const T* __restrict__ dy, const T* __rest
                     Packet<T, kVec> da, db;
 #pragma unroll
                     for (int k = 0; k < kVec; ++k) {
-                      const float av = to_float(a.v[k]), gv = to_float(g.v[k]);
-                      da.v[k] = from_float<T>(swish_grad(gv * to_float(b.v[k]), av, beta));
-                      db.v[k] = from_float<T>(gv * swish(av, beta));
+                      const float gv = to_float(g.v[k]);
+                      const GateSlope<float> at_a = gate.slope(to_float(a.v[k]));
+                      da.v[k] = from_float<T>(gv * to_float(b.v[k]) * at_a.slope);
+                      db.v[k] = from_float<T>(gv * at_a.value);
                     }
                     store<kVec>(dx + at.a, da);
                     store<kVec>(dx + at.b, db);
@@ -406,30 +408,30 @@ cudaError_t swish_backward(const T* dy, const T* x, T* dx, int64_t n, float beta
                                                                dx, n, s);
 }
 
-// X [rows, 2d] -> Y [rows, d]
-template <class T>
-cudaError_t swiglu_forward(const T* x, T* y, int64_t rows, int64_t d, float beta, cudaStream_t s) {
+// X [rows, 2d] -> Y [rows, d], Y = gate(A) * B (math.h's gates: SwiGLUGate, ...)
+template <class T, class Gate>
+cudaError_t gated_forward(const T* x, T* y, int64_t rows, int64_t d, Gate gate, cudaStream_t s) {
   if (rows == 0 || d == 0) return cudaSuccess;
   const int vec = cuda_index::row_packet_elems(sizeof(T), d, detail::address_bits(x, y));
   return detail::with_packet<T>(vec, [&](auto packet) {
     constexpr int kVec = decltype(packet)::value;
     const cuda_index::Launch l = cuda_index::gated_launch(rows, d / kVec);
-    detail::swiglu_forward_kernel<T, kVec>
-        <<<detail::grid_of(l), detail::block_of(l), 0, s>>>(x, y, rows, d, beta);
+    detail::gated_forward_kernel<T, kVec, Gate>
+        <<<detail::grid_of(l), detail::block_of(l), 0, s>>>(x, y, rows, d, gate);
     return cudaGetLastError();
   });
 }
 
-template <class T>
-cudaError_t swiglu_backward(const T* dy, const T* x, T* dx, int64_t rows, int64_t d, float beta,
-                            cudaStream_t s) {
+template <class T, class Gate>
+cudaError_t gated_backward(const T* dy, const T* x, T* dx, int64_t rows, int64_t d, Gate gate,
+                           cudaStream_t s) {
   if (rows == 0 || d == 0) return cudaSuccess;
   const int vec = cuda_index::row_packet_elems(sizeof(T), d, detail::address_bits(dy, x, dx));
   return detail::with_packet<T>(vec, [&](auto packet) {
     constexpr int kVec = decltype(packet)::value;
     const cuda_index::Launch l = cuda_index::gated_launch(rows, d / kVec);
-    detail::swiglu_backward_kernel<T, kVec>
-        <<<detail::grid_of(l), detail::block_of(l), 0, s>>>(dy, x, dx, rows, d, beta);
+    detail::gated_backward_kernel<T, kVec, Gate>
+        <<<detail::grid_of(l), detail::block_of(l), 0, s>>>(dy, x, dx, rows, d, gate);
     return cudaGetLastError();
   });
 }

@@ -14,7 +14,7 @@ struct Forward {
   T* y;
   int64_t rows;
   int64_t cols;
-  float attr;
+  AttrValues attrs;  // the op's attributes, in its descriptor's order
 };
 
 template <class T>
@@ -24,18 +24,18 @@ struct Backward {  // dX of an op whose only tensor input is X
   T* dx;
   int64_t rows;
   int64_t cols;
-  float attr;
+  AttrValues attrs;  // the op's attributes, in its descriptor's order
 };
 
 struct SwishKernel {
   static constexpr const OpDesc& desc = kSwishOp;
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    return swish_forward<T>(a.x, a.y, a.rows * a.cols, a.attr, s);
+    return swish_forward<T>(a.x, a.y, a.rows * a.cols, a.attrs[0], s);
   }
   template <class T>
   static cudaError_t backward(const Backward<T>& a, cudaStream_t s) {
-    return swish_backward<T>(a.dy, a.x, a.dx, a.rows * a.cols, a.attr, s);
+    return swish_backward<T>(a.dy, a.x, a.dx, a.rows * a.cols, a.attrs[0], s);
   }
 };
 
@@ -43,7 +43,7 @@ struct RMSNormKernel {
   static constexpr const OpDesc& desc = kRMSNormOp;
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    return rms_norm_forward<T>(a.x, a.w, a.y, a.rows, a.cols, a.attr, s);
+    return rms_norm_forward<T>(a.x, a.w, a.y, a.rows, a.cols, a.attrs[0], s);
   }
 };
 
@@ -51,11 +51,11 @@ struct SwiGLUKernel {
   static constexpr const OpDesc& desc = kSwiGLUOp;
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    return swiglu_forward<T>(a.x, a.y, a.rows, a.cols / 2, a.attr, s);
+    return gated_forward<T>(a.x, a.y, a.rows, a.cols / 2, SwiGLUGate<>{a.attrs[0]}, s);
   }
   template <class T>
   static cudaError_t backward(const Backward<T>& a, cudaStream_t s) {
-    return swiglu_backward<T>(a.dy, a.x, a.dx, a.rows, a.cols / 2, a.attr, s);
+    return gated_backward<T>(a.dy, a.x, a.dx, a.rows, a.cols / 2, SwiGLUGate<>{a.attrs[0]}, s);
   }
 };
 
@@ -70,8 +70,8 @@ cudaError_t forward_of(const OpDesc& op, const Forward<T>& args, cudaStream_t s)
 
 template <class T>
 cudaError_t forward_by_desc(const OpDesc& op, const void* x, const void* w, void* y, int64_t rows, int64_t cols,
-                            float attr, cudaStream_t s) {
-  const Forward<T> args{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), rows, cols, attr};
+                            const AttrValues& attrs, cudaStream_t s) {
+  const Forward<T> args{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), rows, cols, attrs};
 #define OPFORGE_CUDA_KERNEL(Name) , Name##Kernel
   return forward_of<T OPFORGE_FOR_EACH_OP(OPFORGE_CUDA_KERNEL)>(op, args, s);
 #undef OPFORGE_CUDA_KERNEL

@@ -10,6 +10,15 @@
 #define OPFORGE_HD inline
 #endif
 
+// The gates' members: inlined into the CPU loops too, which vectorize only without a call.
+#if defined(__CUDACC__)
+#define OPFORGE_GATE_HD OPFORGE_HD
+#elif defined(__GNUC__)
+#define OPFORGE_GATE_HD inline __attribute__((always_inline))
+#else
+#define OPFORGE_GATE_HD inline
+#endif
+
 namespace opforge::kernels {
 
 // 1 / x for x in [1, 2] or NaN. On the GPU without the IEEE division, whose slow path is a
@@ -54,9 +63,35 @@ OPFORGE_HD double swish_grad(double dy, double x, double beta) {
   return dy * (s + beta * x * s * (1.0 - s));
 }
 
-// SwiGLU on one (a, b) pair, a from X[..., :d], b from X[..., d:]: Y = swish(a, beta) * b.
-OPFORGE_HD float swiglu(float a, float b, float beta) { return swish(a, beta) * b; }
-OPFORGE_HD double swiglu(double a, double b, double beta) { return swish(a, beta) * b; }
+// ---- gates: a gated op is Y = gate(A) * B, A = X[..., :d], B = X[..., d:] ----------------------
+// A gate gives value(a) = gate(a) for the forward and slope(a) = {gate(a), gate'(a)} for the
+// backward (dA = dY * B * gate'(A), dB = dY * gate(A)), in the compute type C (float; double on
+// the CPU for double). The shared gated launchers (cuda.cuh, cpu.h) take any gate; `S` is the
+// sigmoid it is written with: math.h's own here, the CPU loops' vectorizable one there.
+
+struct Sigmoid {
+  template <class C>
+  OPFORGE_GATE_HD C operator()(C t) const { return sigmoid(t); }
+};
+
+template <class C>
+struct GateSlope {
+  C value;
+  C slope;
+};
+
+// SwiGLU: gate(a) = swish(a, beta) = a * sigmoid(beta * a); gate'(a) = s + beta * a * s * (1 - s).
+template <class S = Sigmoid>
+struct SwiGLUGate {
+  float beta;
+  template <class C>
+  OPFORGE_GATE_HD C value(C a) const { return a * S{}(beta * a); }
+  template <class C>
+  OPFORGE_GATE_HD GateSlope<C> slope(C a) const {
+    const C s = S{}(beta * a);
+    return {a * s, s + beta * a * s * (1 - s)};
+  }
+};
 
 // 1 / sqrt(mean_square + eps); a row of zeros gives 0 (not inf) so that Y is exactly 0 even when
 // eps == 0. A NaN mean_square stays NaN.

@@ -218,7 +218,7 @@ def _check_types(report: Report, onnx, model, nodes, provider: str) -> None:
 
 # ---- the session ---------------------------------------------------------------------------
 
-_ATTRIBUTE_NAMES = "|".join(sorted({name for name, _ in ATTRIBUTES.values()}))
+_ATTRIBUTE_NAMES = "|".join(sorted({name for attrs in ATTRIBUTES.values() for name, _ in attrs}))
 _SESSION_ERRORS = (  # (pattern in ORT's message, code, fix)
     (r"too old|API version \[?\d+\]? is not available", "ort-too-old", "pip install a newer onnxruntime"),
     (r"opforge\.\w+: X: expected", "type-not-supported", "Cast X to a supported type before the node"),

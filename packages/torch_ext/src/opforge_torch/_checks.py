@@ -82,6 +82,12 @@ def attribute(op: str, name: str, value: float) -> None:
         raise RuntimeError(message)
 
 
+def attributes(spec: opforge_spec.OpSpec, values) -> None:
+    """Every attribute of `spec` by the shared rule, `values` in the spec's order."""
+    for name, value in zip(spec.attributes, values):
+        attribute(spec.name, name, value)
+
+
 def _x_shape(spec: opforge_spec.OpSpec, x: torch.Tensor) -> None:
     if x.dim() < 1 and spec.x_error(()) is not None:
         raise RuntimeError(spec.x_error(()))
@@ -100,7 +106,7 @@ def _weight(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor) -> None
         spec.name, "W", f"{before}{cols}{after}", f"shape {_shape(w)}"))
 
 
-def op(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor | None, attr: float) -> None:
+def op(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor | None, attrs: tuple) -> None:
     """The C++ kernels' checks of a forward call, in their order (csrc/checks.cpp check_op)."""
     if w is not None:
         _same_device(spec.name, "W", w, "X", x)
@@ -108,13 +114,13 @@ def op(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor | None, attr:
     _x_shape(spec, x)
     if w is not None:
         _weight(spec, x, w)
-    attribute(spec.name, spec.attr.name, attr)
+    attributes(spec, attrs)
 
 
 def backward(spec: opforge_spec.OpSpec, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor | None,
-             attr: float) -> None:
+             attrs: tuple) -> None:
     _same_device(spec.name, "dY", dy, "X", x)
-    op(spec, x, w, attr)
+    op(spec, x, w, attrs)
     _same_dtype(spec.name, "dY", dy, "X", x)
     _shape_is(spec.name, "dY", dy, output_shape(spec, x), "Y" if spec.split > 1 else "X")
 

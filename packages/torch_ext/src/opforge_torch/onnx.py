@@ -20,7 +20,7 @@ from torch.onnx import symbolic_helper
 
 import opforge_spec
 
-from ._checks import attribute as _check_attribute
+from ._checks import attributes as _check_attributes
 
 DOMAIN = opforge_spec.DOMAIN
 DOMAIN_VERSION = opforge_spec.DOMAIN_VERSION
@@ -99,13 +99,21 @@ class _TorchScriptEmitter:
 
 
 def _signature(spec: opforge_spec.OpSpec, leading: tuple = ()) -> inspect.Signature:
-    """The schema's parameters (tensor inputs, then the float attribute with its default)."""
+    """The schema's parameters (tensor inputs, then each float attribute with its default)."""
     parameter = inspect.Parameter
     names = [*leading, *(_TORCH_ARGS[i] for i in spec.inputs)]
     tensors = [parameter(n, parameter.POSITIONAL_OR_KEYWORD) for n in names]
-    attr = parameter(spec.attr.name, parameter.POSITIONAL_OR_KEYWORD, default=spec.attr.default,
-                     annotation=float)
-    return inspect.Signature([*tensors, attr])
+    attrs = [parameter(a.name, parameter.POSITIONAL_OR_KEYWORD, default=a.default, annotation=float)
+             for a in spec.attributes.values()]
+    return inspect.Signature([*tensors, *attrs])
+
+
+def _split_call(spec: opforge_spec.OpSpec, args) -> tuple:
+    """(tensors, attributes) of a call's arguments, the attributes checked by the shared rule."""
+    count = len(spec.inputs)
+    tensors, attrs = tuple(args[:count]), tuple(args[count:])
+    _check_attributes(spec, attrs)
+    return tensors, attrs
 
 
 def _ts_output_type(g, spec: opforge_spec.OpSpec, x):
@@ -125,11 +133,11 @@ def _ts_output_type(g, spec: opforge_spec.OpSpec, x):
     return g.op("Slice", x, _ts_ints(g, [0]), end, _ts_ints(g, [-1])).type()
 
 
-def _ts_opforge_node(g, spec: opforge_spec.OpSpec, tensors, attr):
+def _ts_opforge_node(g, spec: opforge_spec.OpSpec, tensors, attrs):
     """The one opforge node of a call, every output typed (TorchScript's ONNX shape inference knows
     no opforge schema: untyped outputs would leave every shape downstream unknown)."""
     outputs = g.op(f"{DOMAIN}::{spec.name}", *tensors, outputs=len(spec.outputs),
-                   **{f"{spec.attr.name}_f": attr})
+                   **{f"{name}_f": value for name, value in zip(spec.attributes, attrs)})
     output_type = _ts_output_type(g, spec, tensors[0])
     for value in outputs if isinstance(outputs, tuple) else (outputs,):
         value.setType(output_type)
@@ -137,17 +145,16 @@ def _ts_opforge_node(g, spec: opforge_spec.OpSpec, tensors, attr):
 
 
 def _ts_symbolic(spec: opforge_spec.OpSpec):
-    """One opforge node (or the decomposed graph) for a call: tensor inputs, then the attribute."""
+    """One opforge node (or the decomposed graph) for a call: tensor inputs, then the attributes."""
     def symbolic(g, *args):
-        *tensors, attr = args
-        _check_attribute(spec.name, spec.attr.name, attr)
+        tensors, attrs = _split_call(spec, args)
         if spec.name in _state["decomposed"]:
-            return spec.decomposed(_TorchScriptEmitter(g), *tensors, attr)
-        return _ts_opforge_node(g, spec, tensors, attr)
+            return spec.decomposed(_TorchScriptEmitter(g), *tensors, *attrs)
+        return _ts_opforge_node(g, spec, tensors, attrs)
 
     # parse_args names each argument from the signature (g, then the schema's arguments)
     symbolic.__signature__ = _signature(spec, leading=("g",))
-    return symbolic_helper.parse_args(*("v" * len(spec.inputs)), "f")(symbolic)
+    return symbolic_helper.parse_args(*("v" * len(spec.inputs)), *("f" * len(spec.attributes)))(symbolic)
 
 
 def _register_torchscript_symbolics():
@@ -169,17 +176,19 @@ def register_onnx_schemas():
     param = defs.OpSchema.FormalParameter
     tc = [("T", list(_FLOAT_TYPES), "floating-point tensors")]
 
-    def schema(name, inputs, attr, default, doc):
+    def attribute(name, attr):
+        return defs.OpSchema.Attribute(name, helper.make_attribute(name, attr.default), name)
+
+    def schema(op):
         return defs.OpSchema(
-            name, DOMAIN, DOMAIN_VERSION, doc=doc,
-            inputs=[param(n, "T") for n in inputs], outputs=[param("Y", "T")],
+            op.name, DOMAIN, DOMAIN_VERSION, doc=op.doc,
+            inputs=[param(n, "T") for n in op.inputs], outputs=[param("Y", "T")],
             type_constraints=tc,
-            attributes=[defs.OpSchema.Attribute(attr, helper.make_attribute(attr, default), attr)],
+            attributes=[attribute(name, attr) for name, attr in op.attributes.items()],
         )
 
     for op in opforge_spec.OPS.values():
-        ((attr, spec),) = op.attributes.items()
-        defs.register_schema(schema(op.name, list(op.inputs), attr, spec.default, op.doc))
+        defs.register_schema(schema(op))
 
 
 def custom_translation_table(*, decomposed: bool = False) -> dict:
@@ -193,9 +202,9 @@ def custom_translation_table(*, decomposed: bool = False) -> dict:
 
 def _with_signature(function, spec: opforge_spec.OpSpec):
     """`function(*args, **kwargs)` with the op's parameters, which the dynamo exporter reads (tensor
-    inputs unannotated, the attribute a float)."""
+    inputs unannotated, the attributes floats)."""
     function.__signature__ = _signature(spec)
-    function.__annotations__ = {spec.attr.name: float}
+    function.__annotations__ = {name: float for name in spec.attributes}
     function.__name__ = spec.torch_name
     return function
 
@@ -206,9 +215,8 @@ def _opforge_node(opset, spec: opforge_spec.OpSpec):
     def translate(*args, **kwargs):
         bound = inspect.signature(translate).bind(*args, **kwargs)
         bound.apply_defaults()
-        *tensors, attr = bound.arguments.values()
-        _check_attribute(spec.name, spec.attr.name, attr)
-        return node(*tensors, **{spec.attr.name: float(attr)})
+        tensors, attrs = _split_call(spec, tuple(bound.arguments.values()))
+        return node(*tensors, **{name: float(value) for name, value in zip(spec.attributes, attrs)})
 
     return _with_signature(translate, spec)
 
@@ -248,9 +256,8 @@ def _decomposed_node(emitter, spec: opforge_spec.OpSpec):
     def translate(*args, **kwargs):
         bound = inspect.signature(translate).bind(*args, **kwargs)
         bound.apply_defaults()
-        *tensors, attr = bound.arguments.values()
-        _check_attribute(spec.name, spec.attr.name, attr)
-        return spec.decomposed(emitter, *tensors, attr)
+        tensors, attrs = _split_call(spec, tuple(bound.arguments.values()))
+        return spec.decomposed(emitter, *tensors, *attrs)
 
     return _with_signature(translate, spec)
 

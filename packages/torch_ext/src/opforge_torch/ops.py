@@ -23,12 +23,17 @@ from . import _checks
 _ops = torch.ops.opforge
 
 
+def _with_defaults(spec: opforge_spec.OpSpec, args: tuple, tensor_count: int) -> tuple:
+    """`args` with the attributes left out (the trailing ones) given their defaults."""
+    defaults = tuple(spec.defaults().values())
+    return (*args, *defaults[len(args) - tensor_count:])
+
+
 def _inputs(spec: opforge_spec.OpSpec, args: tuple) -> tuple:
-    """(tensors, attribute) of a call with the op's tensor inputs, then its attribute (default
-    when left out)."""
+    """(tensors, attributes) of a call with the op's tensor inputs, then its attributes in the
+    spec's order (defaults for those left out)."""
     count = len(spec.inputs)
-    attr = args[count] if len(args) > count else spec.attr.default
-    return args[:count], attr
+    return args[:count], _with_defaults(spec, args, count)[count:]
 
 
 def _weight(tensors: tuple):
@@ -45,18 +50,18 @@ def _register_fakes(spec: opforge_spec.OpSpec) -> None:
     name = f"opforge::{spec.torch_name}"
 
     def forward(*args):
-        tensors, attr = _inputs(spec, args)
-        _checks.op(spec, tensors[0], _weight(tensors), attr)
+        tensors, attrs = _inputs(spec, args)
+        _checks.op(spec, tensors[0], _weight(tensors), attrs)
         return tensors[0].new_empty(_checks.output_shape(spec, tensors[0]))
 
     def forward_out(*args, out):
-        tensors, attr = _inputs(spec, args)
-        _checks.op(spec, tensors[0], _weight(tensors), attr)
+        tensors, attrs = _inputs(spec, args)
+        _checks.op(spec, tensors[0], _weight(tensors), attrs)
         _checks.out(spec, out, tensors[0])
 
     def backward(grad, *args):
-        tensors, attr = _inputs(spec, args)
-        _checks.backward(spec, grad, tensors[0], _weight(tensors), attr)
+        tensors, attrs = _inputs(spec, args)
+        _checks.backward(spec, grad, tensors[0], _weight(tensors), attrs)
         grads = tuple(_empty_like(t) for t in tensors)  # one per tensor input
         return grads if len(grads) > 1 else grads[0]
 
@@ -66,26 +71,36 @@ def _register_fakes(spec: opforge_spec.OpSpec) -> None:
 
 
 # ---- first derivatives: the fused backward kernels ----------------------------------------
-def _save_inputs(ctx, inputs, output):
-    """For an op or its backward: the tensors saved, the attribute (the last input) kept."""
-    *tensors, attr = inputs
-    ctx.save_for_backward(*tensors)
-    ctx.attr = attr
+def _input_saver(spec: opforge_spec.OpSpec):
+    """For an op or its backward: the tensors saved, the attributes (the last inputs) kept."""
+    count = len(spec.attributes)
+
+    def save_inputs(ctx, inputs, output):
+        split = len(inputs) - count
+        ctx.save_for_backward(*inputs[:split])
+        ctx.attrs = tuple(inputs[split:])
+
+    return save_inputs
+
+
+def _no_attribute_gradients(spec: opforge_spec.OpSpec) -> tuple:
+    return (None,) * len(spec.attributes)
 
 
 def _fused_gradient(spec: opforge_spec.OpSpec):
     backward = getattr(_ops, f"{spec.torch_name}_backward")
 
     def gradient(ctx, grad):
-        grads = backward(grad, *ctx.saved_tensors, ctx.attr)
-        return (*grads, None) if isinstance(grads, tuple) else (grads, None)
+        grads = backward(grad, *ctx.saved_tensors, *ctx.attrs)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        return (*grads, *_no_attribute_gradients(spec))
 
     return gradient
 
 
 # ---- second and higher derivatives: autograd through the spec's composed form ---------------
 def _as_float32(value: float) -> float:
-    """The attribute as the kernels see it (they compute with float32 beta/epsilon)."""
+    """An attribute as the kernels see it (they compute with float32 beta/epsilon)."""
     if not isinstance(value, float):  # a symbolic float while tracing: left as is
         return value
     return struct.unpack("f", struct.pack("f", value))[0]
@@ -104,10 +119,10 @@ def _composed_second_derivative(spec: opforge_spec.OpSpec):
     def gradient(ctx, *upstream):
         grad, *tensors = ctx.saved_tensors
         compute = _compute_dtype(tensors[0])
-        attr = _as_float32(ctx.attr)
+        attrs = tuple(_as_float32(a) for a in ctx.attrs)
 
         def op(*inputs):
-            return spec.composed(*inputs, attr)
+            return spec.composed(*inputs, *attrs)
 
         def op_vjp(g, *inputs):
             return torch.func.vjp(op, *inputs)[1](g)
@@ -116,7 +131,7 @@ def _composed_second_derivative(spec: opforge_spec.OpSpec):
         cotangents = tuple(torch.zeros_like(t) if u is None else u.to(compute)
                            for u, t in zip(upstream, inputs[1:]))
         grads = torch.func.vjp(op_vjp, *inputs)[1](cotangents)
-        return (*(d.to(t.dtype) for d, t in zip(grads, (grad, *tensors))), None)
+        return (*(d.to(t.dtype) for d, t in zip(grads, (grad, *tensors))), *_no_attribute_gradients(spec))
 
     return gradient
 
@@ -153,7 +168,7 @@ def _autograd_function(spec: opforge_spec.OpSpec, op, backward):
     return type(f"opforge_{op._opname}_autograd", (torch.autograd.function._SingleLevelFunction,), {
         # apply runs forward with grad mode off, so the op's Autograd kernel passes it down
         "forward": staticmethod(op),
-        "setup_context": staticmethod(_save_inputs),
+        "setup_context": staticmethod(_input_saver(spec)),
         "backward": staticmethod(backward),
         "jvp": staticmethod(_refuse_forward_mode(spec)),
     })
@@ -163,11 +178,11 @@ def _register_autograd(spec: opforge_spec.OpSpec, name: str, backward) -> None:
     """The Autograd kernel of the op `name` (`spec`'s op or its backward op)."""
     op = getattr(_ops, name).default
     function = _autograd_function(spec, op, backward)
-    tensor_count = len(op._schema.arguments) - 1  # the attribute is last
+    tensor_count = len(op._schema.arguments) - len(spec.attributes)  # the attributes are last
 
     def autograd_kernel(keyset, *args):
-        # The dispatcher drops an argument equal to its default; setup_context needs it.
-        args = (*args, spec.attr.default) if len(args) == tensor_count else args
+        # The dispatcher drops trailing arguments equal to their defaults; setup_context needs them.
+        args = _with_defaults(spec, args, tensor_count)
         if any(_tracked(t) for t in args):
             with enable_single_level_autograd_function():
                 return function.apply(*args)

@@ -5,7 +5,7 @@ deserializing an engine that uses the plugins:
     import tensorrt as trt, opforge_trt
     trt.get_plugin_registry().load_library(opforge_trt.library_path())
 
-Plugins: one per op of the spec (`OPS`: plugin name -> its field, the op's attribute), version "1",
+Plugins: one per op of the spec (`OPS`: plugin name -> its fields, the op's attributes), version "1",
 namespace "opforge"; an ONNX node `opforge::<op>` maps onto its plugin through the ONNX parser's plugin
 fallback (plugin name = op_type, namespace = the node's domain).
 """
@@ -22,7 +22,7 @@ from ._spec_generated import ATTRIBUTES, DOMAIN
 
 NAMESPACE = DOMAIN
 PLUGIN_VERSION = "1"
-OPS = {op: attr for op, (attr, _) in ATTRIBUTES.items()}  # plugin name -> its one field (= ONNX attribute)
+OPS = {op: tuple(name for name, _ in attrs) for op, attrs in ATTRIBUTES.items()}  # plugin name -> its fields (= ONNX attributes)
 LIBRARY_NAME = "libopforge_trt.so.1"
 _HERE = Path(__file__).resolve().parent
 

@@ -3,5 +3,5 @@
 DOMAIN = 'opforge'
 DOMAIN_VERSION = 1
 OPS = ('Swish', 'RMSNorm', 'SwiGLU')
-# op -> (its one FLOAT attribute = TensorRT plugin field, default)
-ATTRIBUTES = {'Swish': ('beta', 1.0), 'RMSNorm': ('epsilon', 1e-06), 'SwiGLU': ('beta', 1.0)}
+# op -> its FLOAT attributes (= TensorRT plugin fields), each (name, default)
+ATTRIBUTES = {'Swish': (('beta', 1.0),), 'RMSNorm': (('epsilon', 1e-06),), 'SwiGLU': (('beta', 1.0),)}

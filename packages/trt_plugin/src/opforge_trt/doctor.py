@@ -217,14 +217,20 @@ def _check_creators(report: Report, result: dict) -> None:
                            else f"{f['name']} ({f['type']})" for f in c["fields"])
         report.ok("creator", f"{c['namespace']}::{c['name']} version {c['version']}; fields: {fields or 'none'}")
     found = {(c.get("name"), c.get("version"), c.get("namespace")): c for c in creators}
-    for name, attr in OPS.items():
+    for name, attrs in OPS.items():
         c = found.get((name, PLUGIN_VERSION, NAMESPACE))
         if c is None:
             have = ", ".join(f"{x.get('namespace')}::{x.get('name')} v{x.get('version')}" for x in creators) or "none"
             report.problem("creator-missing", f"no creator {NAMESPACE}::{name} version {PLUGIN_VERSION} (have: {have})",
                            f"ONNX nodes opforge::{name} and engines built with the plugin look it up by exactly this "
                            "name, version and namespace: rebuild/reinstall opforge-trt")
-        elif attr not in [f["name"] for f in c["fields"]]:
+        else:
+            _check_fields(report, name, attrs, [f["name"] for f in c["fields"]])
+
+
+def _check_fields(report: Report, name: str, attrs: tuple, declared: list) -> None:
+    for attr in attrs:
+        if attr not in declared:
             report.problem("field-missing", f"{NAMESPACE}::{name} does not declare the field {attr!r}",
                            f"the ONNX parser maps the node attribute {attr!r} only onto a declared field")
 

@@ -4,9 +4,12 @@
 #include <opforge/kernels/cpu_ops.h>
 #include <opforge/plugin.h>
 
+#include <array>
+#include <cstddef>
 #include <cstdio>
 #include <new>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -17,7 +20,7 @@ const OpforgeIODesc kInputs[] = {{"X", 3, kTypes}, {"W", 3, kTypes}};  // an op 
 const OpforgeIODesc kOut[] = {{"Y", 3, kTypes}};
 
 struct Params {
-  float value;  // the op's attribute (beta, epsilon, ...)
+  k::AttrValues attrs;  // the op's attributes (beta, epsilon, ...), in its descriptor's order
 };
 
 int32_t fail(char* err, size_t len, const std::string& msg) {
@@ -39,9 +42,13 @@ void destroy(void* inst) { delete static_cast<Params*>(inst); }
 // (attrs.h) refuses any value that is not finite once rounded to float32, with the common message.
 template <class Op>
 int32_t create(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
-  const std::string error = k::attr_error(*Op::desc.attr, a[0].f);
+  double values[k::kMaxAttrs] = {};
+  for (int32_t i = 0; i < Op::desc.nb_attrs; ++i) values[i] = a[i].f;
+  const std::string error = k::attrs_error(Op::desc, values);
   if (!error.empty()) return fail(err, len, error);
-  *inst = new (std::nothrow) Params{static_cast<float>(a[0].f)};
+  Params params;
+  for (int32_t i = 0; i < Op::desc.nb_attrs; ++i) params.attrs.v[i] = static_cast<float>(values[i]);
+  *inst = new (std::nothrow) Params{params};
   return *inst ? OPFORGE_OK : OPFORGE_ERR_OUT_OF_MEMORY;
 }
 
@@ -77,10 +84,10 @@ bool output_matches(const char* op, const OpforgeTensor& x, const OpforgeTensorD
 }
 
 template <class Op, class T>
-void run(const OpforgeTensor* in, uint32_t n_in, const OpforgeTensor& y, float attr) {
+void run(const OpforgeTensor* in, uint32_t n_in, const OpforgeTensor& y, const k::AttrValues& attrs) {
   const k::RowView v = k::row_view(Op::desc, in[0].shape, in[0].rank);
   const k::cpu::Forward<T> args{static_cast<const T*>(in[0].data), n_in > 1 ? static_cast<const T*>(in[1].data) : nullptr,
-                                static_cast<T*>(y.data), v.cols, attr};
+                                static_cast<T*>(y.data), v.cols, attrs};
   Op::forward(args, 0, v.rows);
 }
 
@@ -92,24 +99,33 @@ int32_t compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTenso
   if (status != OPFORGE_OK) return status;
   if (!output_matches(Op::desc.name, in[0], want, out[0], err, len)) return OPFORGE_ERR_INVALID_ARGUMENT;
   if (k::element_count(in[0].shape, in[0].rank) == 0) return OPFORGE_OK;
-  const float attr = static_cast<Params*>(inst)->value;
+  const k::AttrValues& attrs = static_cast<Params*>(inst)->attrs;
   switch (in[0].dtype) {
-    case OPFORGE_DTYPE_FLOAT32: run<Op, float>(in, n_in, out[0], attr); break;
-    case OPFORGE_DTYPE_FLOAT64: run<Op, double>(in, n_in, out[0], attr); break;
-    default: run<Op, k::bfloat16>(in, n_in, out[0], attr);
+    case OPFORGE_DTYPE_FLOAT32: run<Op, float>(in, n_in, out[0], attrs); break;
+    case OPFORGE_DTYPE_FLOAT64: run<Op, double>(in, n_in, out[0], attrs); break;
+    default: run<Op, k::bfloat16>(in, n_in, out[0], attrs);
   }
   return OPFORGE_OK;
 }
 
+constexpr OpforgeAttrSchema float_schema(const k::AttrSpec& attr) {
+  return {attr.name, OPFORGE_ATTR_FLOAT, 0, attr.default_value, 0, nullptr, attr.doc};
+}
+
+template <class Op, size_t... I>
+constexpr std::array<OpforgeAttrSchema, sizeof...(I)> attr_schemas(std::index_sequence<I...>) {
+  return {float_schema(*Op::desc.attrs[I])...};
+}
+
+// The op's float attributes, in its descriptor's order.
 template <class Op>
-const OpforgeAttrSchema kAttrs[] = {{Op::desc.attr->name, OPFORGE_ATTR_FLOAT, 0, Op::desc.attr->default_value, 0,
-                                     nullptr, Op::desc.attr->doc}};
+constexpr auto kAttrs = attr_schemas<Op>(std::make_index_sequence<Op::desc.nb_attrs>{});
 
 // Names, domain, version, inputs and docs from the generated descriptors (attrs.h).
 template <class Op>
 constexpr OpforgeOpDef op_def() {
   return {k::kDomain, Op::desc.name, k::kDomainVersion, 0, Op::desc.doc, static_cast<uint32_t>(Op::desc.nb_inputs),
-          kInputs, 1, kOut, 1, kAttrs<Op>, create<Op>, destroy, shapes<Op>, compute<Op>};
+          kInputs, 1, kOut, static_cast<uint32_t>(Op::desc.nb_attrs), kAttrs<Op>.data(), create<Op>, destroy, shapes<Op>, compute<Op>};
 }
 
 // Every op of the spec (ops_generated.h).
