@@ -21,6 +21,12 @@ namespace cpu = opforge::kernels::cpu;
                                       float beta) {                                          \
     cpu::gated_backward(dy, x, dx, 0, rows, d, cpu::CpuGate<k::SwiGLUGate>{beta});                                       \
   }                                                                                          \
+  extern "C" void geglu_fwd_##SUFFIX(const T* x, T* y, int64_t rows, int64_t d) {           \
+    cpu::gated_forward(x, y, 0, rows, d, cpu::CpuGate<k::GeGLUGate>{});                      \
+  }                                                                                          \
+  extern "C" void geglu_bwd_##SUFFIX(const T* dy, const T* x, T* dx, int64_t rows, int64_t d) { \
+    cpu::gated_backward(dy, x, dx, 0, rows, d, cpu::CpuGate<k::GeGLUGate>{});                \
+  }                                                                                          \
   extern "C" void rms_fwd_##SUFFIX(const T* x, const T* w, T* y, int64_t rows, int64_t cols, \
                                    float eps) {                                              \
     cpu::rms_norm_forward(x, w, y, 0, rows, cols, eps);                                      \
@@ -38,10 +44,13 @@ SHIM(k::bfloat16, bf16)
 
 #include <cstring>
 
-// Writes attrs.h's verdict for (op, value) into `out`: "" when valid, else the error text.
-extern "C" void attr_error(const char* op, double value, char* out, size_t size) {
-  const k::AttrSpec& attr = std::strcmp(op, "Swish") == 0    ? k::kSwishBeta
-                            : std::strcmp(op, "SwiGLU") == 0 ? k::kSwiGLUBeta
-                                                             : k::kRMSNormEpsilon;
-  std::snprintf(out, size, "%s", k::attr_error(attr, value).c_str());
+// Writes attrs.h's verdict for (op, its attribute `index`, value) into `out`: "" when valid, else
+// the error text; "no such attribute" when the descriptors have none there.
+extern "C" void attr_error(const char* op, int index, double value, char* out, size_t size) {
+  for (const k::OpDesc* d : k::kOps) {
+    if (std::strcmp(op, d->name) != 0 || index >= d->nb_attrs) continue;
+    std::snprintf(out, size, "%s", k::attr_error(*d->attrs[index], value).c_str());
+    return;
+  }
+  std::snprintf(out, size, "no such attribute");
 }

@@ -130,7 +130,8 @@ namespace c = opforge::kernels::cuda;
 
 namespace {
 
-enum Op { kSwish = 0, kRMSNorm = 1, kSwiGLU = 2 };
+enum Op { kSwish = 0, kRMSNorm = 1, kSwiGLU = 2, kGeGLU = 3 };
+bool is_gated(int op) { return op == kSwiGLU || op == kGeGLU; }  // Y [rows, cols / 2]
 enum Dtype { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 constexpr int kBytesTouched = -100;
 constexpr size_t kGuard = 256;
@@ -196,6 +197,9 @@ cudaError_t enqueue(int op, bool backward, int64_t rows, int64_t cols, float att
     case kSwiGLU:
       return backward ? c::gated_backward(dy, a, y, rows, cols / 2, opforge::kernels::SwiGLUGate<>{attr}, nullptr)
                       : c::gated_forward(a, y, rows, cols / 2, opforge::kernels::SwiGLUGate<>{attr}, nullptr);
+    case kGeGLU:
+      return backward ? c::gated_backward(dy, a, y, rows, cols / 2, opforge::kernels::GeGLUGate<>{}, nullptr)
+                      : c::gated_forward(a, y, rows, cols / 2, opforge::kernels::GeGLUGate<>{}, nullptr);
     case kRMSNorm:
       return backward ? c::rms_norm_backward(dy, a, w, y, static_cast<float*>(out[1]), workspace,
                                              rows, cols, attr, nullptr)
@@ -212,11 +216,11 @@ extern "C" int opforge_gpu_run(int op, int backward, int dtype, int64_t in_offse
                                int64_t out_offset, int64_t rows, int64_t cols, float attr,
                                const void* x, const void* w, const void* dy, void* y, float* dw) {
   const size_t element = dtype == kFloat32 ? 4 : 2;
-  const int64_t ny = op == kSwiGLU && !backward ? rows * (cols / 2) : rows * cols;
+  const int64_t ny = is_gated(op) && !backward ? rows * (cols / 2) : rows * cols;
   Buffers buffers;
   void* in[3] = {buffers.add(x, rows * cols, element, in_offset, false), nullptr, nullptr};
   if (op == kRMSNorm) in[1] = buffers.add(w, cols, element, in_offset, false);
-  if (backward) in[2] = buffers.add(dy, op == kSwiGLU ? rows * (cols / 2) : rows * cols, element, in_offset, false);
+  if (backward) in[2] = buffers.add(dy, is_gated(op) ? rows * (cols / 2) : rows * cols, element, in_offset, false);
   void* out[2] = {buffers.add(y, ny, element, out_offset, true), nullptr};
   std::vector<unsigned char> workspace;
   if (op == kRMSNorm && backward) {

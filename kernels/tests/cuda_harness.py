@@ -8,7 +8,7 @@ import numpy as np
 
 import opforge_spec as spec
 
-OPS = {"Swish": 0, "RMSNorm": 1, "SwiGLU": 2}
+OPS = {"Swish": 0, "RMSNorm": 1, "SwiGLU": 2, "GeGLU": 3}
 DTYPES = {"float32": (0, np.float32), "float16": (1, np.float16), "bfloat16": (2, np.uint16)}
 I64 = ctypes.c_int64
 BYTES_TOUCHED, NO_MEMORY = -100, -101
@@ -76,7 +76,7 @@ class Kernels:
     def large(self, op: str, rows: int, cols: int, samples, backward=False):
         """float16 rows `samples` of the output, X filled on the device (gpu_shim.cu's pattern);
         None when this GPU lacks the memory."""
-        row_length = cols // 2 if op == "SwiGLU" and not backward else cols
+        row_length = cols // 2 if spec.OPS[op].split > 1 and not backward else cols
         out = np.empty((len(samples), row_length), np.float16)
         wanted = np.asarray(samples, np.int64)
         status = self.lib.opforge_gpu_large(OPS[op], int(backward), rows, cols, ptr(wanted),

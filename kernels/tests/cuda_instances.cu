@@ -12,6 +12,8 @@ cudaError_t every_launcher(T* a, T* b, T* out, float* dw, void* workspace, cudaS
   c::swish_backward(a, b, out, 9, 1.0f, s);
   c::gated_forward(a, out, 3, 3, opforge::kernels::SwiGLUGate<>{1.0f}, s);
   c::gated_backward(a, b, out, 3, 3, opforge::kernels::SwiGLUGate<>{1.0f}, s);
+  c::gated_forward(a, out, 3, 3, opforge::kernels::GeGLUGate<>{}, s);
+  c::gated_backward(a, b, out, 3, 3, opforge::kernels::GeGLUGate<>{}, s);
   c::rms_norm_forward(a, b, out, 3, 3, 1e-6f, s);
   return c::rms_norm_backward(a, b, b, out, dw, workspace, 3, 3, 1e-6f, s);
 }

@@ -17,6 +17,7 @@ VIEWS = {"aligned": (0, 0), "x_off_by_one": (1, 0), "all_off_by_one": (1, 1), "a
 SHAPES = {
     "Swish": [(1,), (7,), (3, 4099), (1 << 20) + 3],
     "SwiGLU": [(3, 2), (5, 14), (4, 2048), (2, 2 * 4099), (1, 2 * 70_001), (300, 48)],
+    "GeGLU": [(3, 2), (5, 14), (4, 2048), (2, 2 * 4099), (1, 2 * 70_001), (300, 48)],
     "RMSNorm": [(1, 1), (5, 3), (40, 8), (3, 1031), (2, 4096), (600, 64), (2, 16_384),
                 (2, 16_388), (1, 70_001), (513, 40)],
 }
@@ -75,6 +76,17 @@ def swiglu_grad(x, dy, beta):
     return np.concatenate([swish_grad(a, dy * b, beta), dy * a * sigmoid(beta * a)], axis=-1)
 
 
+def geglu_grad(x, dy):
+    """dA = dY * B * gelu_tanh'(A), dB = dY * gelu_tanh(A), with gelu_tanh(a) = a * sigmoid(2u)."""
+    d = x.shape[-1] // 2
+    a, b = x[..., :d], x[..., d:]
+    k, c = 2 * spec.SQRT_2_OVER_PI, spec.GELU_CUBIC
+    s = sigmoid(k * (a + c * a**3))
+    spread = s * (1.0 - s)
+    slope = s + np.where(spread == 0, 0.0, spread * a * k * (1 + 3 * c * a * a))
+    return np.concatenate([dy * b * slope, dy * a * s], axis=-1)
+
+
 def rms_norm_grad(x, w, dy, eps):
     """dX, dW and the magnitudes they are differences or sums of (their error scales)."""
     denom = np.mean(x * x, axis=-1, keepdims=True) + eps
@@ -93,7 +105,9 @@ def backward_reference(op, x, w, dy):
     with np.errstate(all="ignore"):
         if op is spec.RMS_NORM:
             return rms_norm_grad(x, w, dy, 1e-6)
-        dx = swish_grad(x, dy, 1.0) if op is spec.SWISH else swiglu_grad(x, dy, 1.0)
+        gradients = {"Swish": lambda: swish_grad(x, dy, 1.0), "SwiGLU": lambda: swiglu_grad(x, dy, 1.0),
+                     "GeGLU": lambda: geglu_grad(x, dy)}
+        dx = gradients[op.name]()
         return dx, None, np.abs(dx), None
 
 
@@ -118,7 +132,7 @@ def backward_cases(op, dtype, max_elements=None):
         x, w = random_inputs(op, shape, dtype, seed=1)
         dy_shape = spec.output_shape(op, np.shape(x))
         yield shape_id(shape), x, w, spec.round_to(dtype, rng.standard_normal(dy_shape))
-    special = np.zeros((4, 16)) if op is not spec.SWIGLU else np.zeros((4, 32))
+    special = np.zeros((4, 16 * op.split))
     special[1] = rng.standard_normal(special.shape[-1])
     special[2, 3] = np.nan
     special[3] = rng.standard_normal(special.shape[-1]) * (1e2 if dtype == "float16" else 1e4)

@@ -18,7 +18,8 @@ OLDEST_SHIPPED_ARCH = 75
 DTYPES = {"float": 4, "__half": 2, "__nv_bfloat16": 2}
 ROW_KERNELS = ("rms_norm_forward_kernel", "rms_norm_backward_kernel")
 GATED_KERNELS = ("gated_forward_kernel", "gated_backward_kernel")
-GATES = ("opforge::kernels::SwiGLUGate<opforge::kernels::Sigmoid>",)  # each gated op's gate
+GATES = ("opforge::kernels::SwiGLUGate<opforge::kernels::Sigmoid>",  # each gated op's gate
+         "opforge::kernels::GeGLUGate<opforge::kernels::Sigmoid>")
 
 
 def demangle(names):

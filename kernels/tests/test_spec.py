@@ -7,7 +7,8 @@ import opforge_spec as spec
 
 
 def test_registry_names_and_defaults():
-    assert set(spec.OPS) == {"Swish", "RMSNorm", "SwiGLU"}
+    assert set(spec.OPS) == {"Swish", "RMSNorm", "SwiGLU", "GeGLU"}
+    assert spec.GEGLU.defaults() == {}
     assert spec.SWIGLU.defaults() == {"beta": 1.0}
     assert spec.SWISH.defaults() == {"beta": 1.0}
     assert spec.RMS_NORM.defaults() == {"epsilon": 1e-6}
@@ -19,6 +20,17 @@ def test_swish_reference_is_stable_at_extremes():
     assert y[0] == 1e4 and y[1] == 0.0 and y[2] == 0.0
     assert math.isnan(y[3]) and math.isnan(y[4])
     assert np.allclose(spec.SWISH.reference(np.array([2.0]), beta=0.0), [1.0])
+
+
+def test_geglu_reference_is_torch_gelu_tanh_and_saturates():
+    a = np.array([-3.0, -0.5, 0.0, 0.7, 2.0, 1e4, -1e4, 1e200, -1e200, np.nan, np.inf, -np.inf])
+    y = spec.GEGLU.reference(np.concatenate([a, np.ones_like(a)]))
+    literal = spec.GEGLU.independent(np.concatenate([a[:5], np.ones(5)]))
+    np.testing.assert_allclose(y[:5], literal, rtol=1e-12)
+    np.testing.assert_allclose(y[:5], [-0.0036373920817729943, -0.15428599017485606, 0.0,
+                                       0.5305701347051167, 1.954597694087775], rtol=1e-12)
+    assert y[5] == 1e4 and y[6] == 0.0 and y[7] == 1e200 and y[8] == 0.0
+    assert math.isnan(y[9]) and y[10] == np.inf and math.isnan(y[11])
 
 
 def test_rms_norm_reference_zero_rows_and_nan():

@@ -18,7 +18,8 @@ namespace c = opforge::kernels::cuda;
 
 namespace {
 
-enum Op { kSwish = 0, kRMSNorm = 1, kSwiGLU = 2 };
+enum Op { kSwish = 0, kRMSNorm = 1, kSwiGLU = 2, kGeGLU = 3 };
+bool is_gated(int op) { return op == kSwiGLU || op == kGeGLU; }  // Y [rows, cols / 2]
 enum Dtype { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 // Besides CUDA's own error codes (positive):
 constexpr int kBytesTouched = -100;  // a byte outside an output, or of an input, changed
@@ -151,6 +152,9 @@ cudaError_t enqueue(int op, bool backward, Shape x, float attr, void* const* in,
     case kSwiGLU:
       return backward ? c::gated_backward(dy, a, y, x.rows, d, opforge::kernels::SwiGLUGate<>{attr}, s)
                       : c::gated_forward(a, y, x.rows, d, opforge::kernels::SwiGLUGate<>{attr}, s);
+    case kGeGLU:
+      return backward ? c::gated_backward(dy, a, y, x.rows, d, opforge::kernels::GeGLUGate<>{}, s)
+                      : c::gated_forward(a, y, x.rows, d, opforge::kernels::GeGLUGate<>{}, s);
     case kRMSNorm:
       return backward ? c::rms_norm_backward(dy, a, b, y, static_cast<float*>(out[1]), workspace,
                                              x.rows, x.cols, attr, s)
@@ -172,7 +176,7 @@ cudaError_t enqueue_as(int dtype, int op, bool backward, Shape x, float attr, vo
 }
 
 int64_t y_elements(int op, bool backward, Shape x) {
-  return op == kSwiGLU && !backward ? x.rows * (x.cols / 2) : x.rows * x.cols;
+  return is_gated(op) && !backward ? x.rows * (x.cols / 2) : x.rows * x.cols;
 }
 
 // The buffers of one op: inputs X, W (RMSNorm), dY (backward); outputs Y or dX, dW (RMSNorm
@@ -196,7 +200,7 @@ Tensors place(Launch& run, int dtype, int op, bool backward, Shape x, const Host
   t.in[0] = run.input(host.x, x.rows * x.cols, size, in_offset);
   if (op == kRMSNorm) t.in[1] = run.input(host.w, x.cols, size, in_offset);
   if (backward) {
-    const int64_t ndy = op == kSwiGLU ? x.rows * (x.cols / 2) : x.rows * x.cols;
+    const int64_t ndy = is_gated(op) ? x.rows * (x.cols / 2) : x.rows * x.cols;
     t.in[2] = run.input(host.dy, ndy, size, in_offset);
   }
   t.out[0] = run.output(host.y, y_elements(op, backward, x), size, out_offset);
@@ -335,7 +339,7 @@ int opforge_gpu_large(int op, int backward, int64_t rows, int64_t cols, const in
                       int nsamples, void* out) {
   const Shape shape{rows, cols};
   const int64_t n = rows * cols, ny = y_elements(op, backward != 0, shape);
-  const int64_t ndy = op == kSwiGLU ? rows * (cols / 2) : n;
+  const int64_t ndy = is_gated(op) ? rows * (cols / 2) : n;
   const size_t workspace = op == kRMSNorm && backward ? c::rms_norm_backward_workspace_size(rows, cols) : 0;
   const size_t need = size_t(n + ny + (backward ? ndy : 0) + cols) * 2 + workspace + size_t(cols) * 4;
   size_t free_bytes = 0, total_bytes = 0;

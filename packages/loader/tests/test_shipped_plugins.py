@@ -23,7 +23,8 @@ def test_shipped_plugins_load_with_manifests(shipped):
     assert shipped.refusals == []
     assert {(o.plugin, o.domain, o.name, o.version_major) for o in shipped.ops()} == {
         ("opforge_nn", "opforge", "Swish", 1), ("opforge_nn", "opforge", "RMSNorm", 1),
-        ("opforge_nn", "opforge", "SwiGLU", 1), ("example_scale", "example", "Scale", 1)}
+        ("opforge_nn", "opforge", "SwiGLU", 1), ("opforge_nn", "opforge", "GeGLU", 1),
+        ("example_scale", "example", "Scale", 1)}
     for lib in ("libops_opforge_nn.so.1", "libops_example_scale.so.1"):
         out = subprocess.run(["readelf", "-d", os.path.join(opforge_loader.plugin_dir(), lib)], capture_output=True, text=True).stdout
         assert f"Library soname: [{lib}]" in out

@@ -14,6 +14,9 @@ inline constexpr const char* kSchemas[] = {
     "swiglu(Tensor x, float beta=1.0) -> Tensor",
     "swiglu.out(Tensor x, float beta=1.0, *, Tensor(a!) out) -> ()",
     "swiglu_backward(Tensor grad, Tensor x, float beta) -> Tensor",
+    "geglu(Tensor x) -> Tensor",
+    "geglu.out(Tensor x, *, Tensor(a!) out) -> ()",
+    "geglu_backward(Tensor grad, Tensor x) -> Tensor",
 };
 
 }  // namespace opforge_torch

@@ -26,17 +26,21 @@ def _opcheck_samples(device):
         (torch.ops.opforge.rms_norm.default, (x, w, 1e-5), {}),
         (torch.ops.opforge.rms_norm.default, (plain.transpose(0, 1), weight, 0.0), {}),
         (torch.ops.opforge.swiglu.default, (gated, 1.5), {}),
+        (torch.ops.opforge.geglu.default, (gated,), {}),
         (torch.ops.opforge.swish.out, (plain, 1.5), {"out": torch.empty_like(plain)}),
         (torch.ops.opforge.rms_norm.out, (plain, weight, 1e-5), {"out": torch.empty_like(plain)}),
         (torch.ops.opforge.swiglu.out, (gated_plain, 1.5),
          {"out": torch.empty_like(gated_plain)[..., ::2]}),  # non-contiguous: via a temporary
+        (torch.ops.opforge.geglu.out, (gated_plain,), {"out": torch.empty_like(gated_plain)[..., ::2]}),
         (torch.ops.opforge.swish_backward.default, (torch.randn_like(x), plain, 1.5), {}),
         (torch.ops.opforge.rms_norm_backward.default, (torch.randn_like(x), plain, weight, 1e-5), {}),
         (torch.ops.opforge.swiglu_backward.default, (gated_grad, gated_plain, 1.5), {}),
+        (torch.ops.opforge.geglu_backward.default, (gated_grad, gated_plain), {}),
         # the backward ops are differentiable too (double backward): opcheck checks their autograd
         (torch.ops.opforge.swish_backward.default, (torch.randn_like(x).requires_grad_(), x, 1.5), {}),
         (torch.ops.opforge.rms_norm_backward.default, (torch.randn_like(x).requires_grad_(), x, w, 1e-5), {}),
         (torch.ops.opforge.swiglu_backward.default, (gated_grad.clone().requires_grad_(), gated, 1.5), {}),
+        (torch.ops.opforge.geglu_backward.default, (gated_grad.clone().requires_grad_(), gated), {}),
     ]
 
 
@@ -169,16 +173,19 @@ def test_cuda_dtypes_and_autograd():
         opforge_torch.swish(torch.ones(2, device="cuda", dtype=torch.float64))
 
 
-@pytest.mark.parametrize("op", spec.OPS.values(), ids=list(spec.OPS))
-def test_layer_defaults_are_the_spec_defaults(op):
-    """Called without the attribute, the schema's default applies: the spec's, and not ignored."""
+_ATTRIBUTES = [(op, name) for op in spec.OPS.values() for name in op.attributes]
+
+
+@pytest.mark.parametrize("op, name", _ATTRIBUTES, ids=[f"{op.name}-{name}" for op, name in _ATTRIBUTES])
+def test_layer_defaults_are_the_spec_defaults(op, name):
+    """Called without the attributes, the schema's defaults apply: the spec's, and not ignored."""
     torch.manual_seed(0)
     x = torch.randn(4, 2 * 8)
     inputs = (x, torch.rand(16) + 0.5) if op is spec.RMS_NORM else (x,)
     fn = getattr(torch.ops.opforge, op.torch_name)
     wrapper = getattr(opforge_torch, op.torch_name)
-    ((name, attr),) = op.attributes.items()
-    torch.testing.assert_close(fn(*inputs), fn(*inputs, attr.default), rtol=0, atol=0)
-    torch.testing.assert_close(wrapper(*inputs), fn(*inputs, attr.default), rtol=0, atol=0)
-    other = attr.default * 3 + 0.5
-    assert not torch.equal(fn(*inputs), fn(*inputs, other)), f"{op.name}: {name} has no effect"
+    defaults = op.defaults()
+    torch.testing.assert_close(fn(*inputs), fn(*inputs, *defaults.values()), rtol=0, atol=0)
+    torch.testing.assert_close(wrapper(*inputs), fn(*inputs, *defaults.values()), rtol=0, atol=0)
+    changed = {**defaults, name: defaults[name] * 3 + 0.5}
+    assert not torch.equal(fn(*inputs), fn(*inputs, *changed.values())), f"{op.name}: {name} has no effect"

@@ -34,7 +34,9 @@ def test_healthy_library_lists_its_creators():
     report = doctor.diagnose(with_tensorrt=False)
     assert report.codes() == []
     creators = {(c["namespace"], c["name"], c["version"]): c["fields"] for c in report.creators}
-    assert set(creators) == {("opforge", "Swish", "1"), ("opforge", "RMSNorm", "1"), ("opforge", "SwiGLU", "1")}
+    assert set(creators) == {("opforge", "Swish", "1"), ("opforge", "RMSNorm", "1"), ("opforge", "SwiGLU", "1"),
+                             ("opforge", "GeGLU", "1")}
+    assert creators[("opforge", "GeGLU", "1")] == []  # no attribute: no field
     assert creators[("opforge", "SwiGLU", "1")] == [{"name": "beta", "type": "float32", "length": 1, "default": 1.0}]
     assert creators[("opforge", "Swish", "1")] == [{"name": "beta", "type": "float32", "length": 1, "default": 1.0}]
     assert creators[("opforge", "RMSNorm", "1")][0]["name"] == "epsilon"

@@ -346,7 +346,7 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
   }
 
 // Every gated op: (entry name, gate of math.h).
-#define OPFORGE_FOR_EACH_GATE(X) X(swiglu, SwiGLUGate)
+#define OPFORGE_FOR_EACH_GATE(X) X(swiglu, SwiGLUGate) X(geglu, GeGLUGate)
 
 #define OPFORGE_DEFINE_GATE_ENTRIES(NAME, GATE)              \
   OPFORGE_DEFINE_GATED_ENTRIES(NAME, GATE, float, f32)       \

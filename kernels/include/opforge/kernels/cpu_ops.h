@@ -60,4 +60,16 @@ struct SwiGLUKernel {
   }
 };
 
+struct GeGLUKernel {
+  static constexpr const OpDesc& desc = kGeGLUOp;
+  template <class T>
+  static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
+    gated_forward<T>(a.x, a.y, r0, r1, a.cols / 2, CpuGate<GeGLUGate>{});
+  }
+  template <class T>
+  static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
+    gated_backward<T>(a.dy, a.x, a.dx, r0, r1, a.cols / 2, CpuGate<GeGLUGate>{});
+  }
+};
+
 }  // namespace opforge::kernels::cpu

@@ -59,6 +59,18 @@ struct SwiGLUKernel {
   }
 };
 
+struct GeGLUKernel {
+  static constexpr const OpDesc& desc = kGeGLUOp;
+  template <class T>
+  static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
+    return gated_forward<T>(a.x, a.y, a.rows, a.cols / 2, GeGLUGate<>{}, s);
+  }
+  template <class T>
+  static cudaError_t backward(const Backward<T>& a, cudaStream_t s) {
+    return gated_backward<T>(a.dy, a.x, a.dx, a.rows, a.cols / 2, GeGLUGate<>{}, s);
+  }
+};
+
 // Every op's forward kernel, by descriptor: what a runtime plugin launches from untyped buffers.
 // cudaErrorInvalidValue for an op without a CUDA kernel here.
 template <class T, class... Kernels>

@@ -20,10 +20,11 @@ inline constexpr const AttrSpec* kSwiGLUAttrs[] = {&kSwiGLUBeta};
 inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, "", 1, kSwishAttrs, 1, "Y"};
 inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, "", 1, kRMSNormAttrs, 1, "Y"};
 inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 1, kSwiGLUAttrs, 1, "Y"};
-inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp};
+inline constexpr OpDesc kGeGLUOp{"GeGLU", "geglu", 1, "X", nullptr, "Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * (1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 0, nullptr, 1, "Y"};
+inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp, &kGeGLUOp};
 
 // Every op, for the layers' tables: X(Name) expands to one entry per op.
-#define OPFORGE_FOR_EACH_OP(X) X(Swish) X(RMSNorm) X(SwiGLU)
+#define OPFORGE_FOR_EACH_OP(X) X(Swish) X(RMSNorm) X(SwiGLU) X(GeGLU)
 
 // Shape rules' expectations, for error_text(op, input, expected, got) (shapes.h).
 inline constexpr const char* kRankAtLeast1 = "a tensor of rank >= 1";

@@ -5,7 +5,7 @@ opforge_torch.<op> for every op: the op, or with `out=` its .out overload
 
 import torch
 
-__all__ = ['swish', 'rms_norm', 'swiglu']
+__all__ = ['swish', 'rms_norm', 'swiglu', 'geglu']
 
 
 def _call(op, args: tuple, out, names=("out",)):
@@ -28,3 +28,8 @@ def rms_norm(x, weight, epsilon: float = 1e-06, *, out=None):
 def swiglu(x, beta: float = 1.0, *, out=None):
     """Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]."""
     return _call(torch.ops.opforge.swiglu, (x, beta), out)
+
+
+def geglu(x, *, out=None):
+    """Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * (1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]."""
+    return _call(torch.ops.opforge.geglu, (x,), out)

@@ -1,0 +1,36 @@
+"""GeGLU against torch's own tanh GELU: the op, its .out overload, its fused backward."""
+import pytest
+import torch
+
+import opforge_torch
+
+import opforge_spec as spec
+
+
+def _torch_form(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.nn.functional.gelu(a, approximate="tanh") * b
+
+
+def test_geglu_is_torch_gelu_tanh_times_b():
+    x = torch.randn(4, 2 * 33, dtype=torch.float64) * 3
+    torch.testing.assert_close(opforge_torch.geglu(x), _torch_form(x), rtol=1e-12, atol=1e-15)
+    y = torch.empty(4, 33, dtype=torch.float64)
+    assert opforge_torch.geglu(x, out=y) is y
+    torch.testing.assert_close(y, _torch_form(x), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_geglu_gradient_is_torch_gelu_tanh_gradient(dtype):
+    x = (torch.randn(3, 2 * 17, dtype=torch.float64) * 3).to(dtype).requires_grad_()
+    (got,) = torch.autograd.grad(opforge_torch.geglu(x).sum(), x)
+    x64 = x.detach().double().requires_grad_()
+    (want,) = torch.autograd.grad(_torch_form(x64).sum(), x64)
+    rtol, atol = spec.GEGLU.tolerance(str(dtype).removeprefix("torch."))
+    torch.testing.assert_close(got.double(), want, rtol=rtol * 10, atol=atol * 10)
+
+
+def test_geglu_has_no_attribute_and_refuses_an_odd_last_dim():
+    assert "float" not in str(torch.ops.opforge.geglu.default._schema)
+    with pytest.raises(RuntimeError, match=r"opforge\.GeGLU: X: expected .*even"):
+        opforge_torch.geglu(torch.ones(2, 5))
