@@ -4,9 +4,10 @@ bench.md and bench_gpu.png. Imports no torch: ci/gpu_check.py writes the same ta
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from pathlib import Path
+
+from . import report
 
 DTYPES = ("float32", "bfloat16", "float16")
 TARGET_DTYPES = ("float32", "bfloat16")
@@ -291,8 +292,4 @@ def _panel(ax, rows, title) -> None:
 
 
 def write(data: dict, out: Path) -> list:
-    out.mkdir(parents=True, exist_ok=True)
-    pngs = plot(data, out)
-    (out / "bench.json").write_text(json.dumps(data, indent=1))
-    (out / "bench.md").write_text(markdown(data))
-    return [str(out / "bench.json"), str(out / "bench.md"), *pngs]
+    return report.write(data, out, render_plots=plot, render_markdown=markdown)

@@ -251,9 +251,10 @@ def _plot_panel(ax, rows, mine, threads) -> None:
     ax.legend(fontsize=7)
 
 
-def write(data: dict, out: Path) -> list:
+def write(data: dict, out: Path, *, render_plots=plots, render_markdown=markdown) -> list:
+    """bench.json, bench.md and the plots in `out` (the CPU bench's renderers unless given)."""
     out.mkdir(parents=True, exist_ok=True)
-    pngs = plots(data, out)
+    pngs = render_plots(data, out)
     (out / "bench.json").write_text(json.dumps(data, indent=1))
-    (out / "bench.md").write_text(markdown(data))
+    (out / "bench.md").write_text(render_markdown(data))
     return [str(out / "bench.json"), str(out / "bench.md"), *pngs]
