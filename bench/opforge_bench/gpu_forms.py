@@ -1,7 +1,7 @@
 """Per op of the spec, what the GPU bench times: the inputs a user has ([tokens, hidden], or
-[tokens, 2 x width] for the gated ops), the composed eager torch form, opforge_torch's op and
-Liger-Kernel's kernel where Liger has one. Keyed by the op's torch name (bench/tests checks that
-every op of opforge_spec has a form here)."""
+[tokens, 2 x width] for the gated ops), the composed eager torch form (the spec's, unless a user
+writes the op another way: PEERS), opforge_torch's op and Liger-Kernel's kernel where Liger has
+one. Built from opforge_spec.OPS and keyed by the op's torch name."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +10,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-EPS = 1e-6
+import opforge_spec
+
+EPS = opforge_spec.RMS_NORM.defaults()["epsilon"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,14 @@ class Form:
     liger_args: Callable | None = None  # (*inputs) -> (Liger's tensors, its extra arguments)
 
 
+@dataclass(frozen=True)
+class Peer:
+    """How users write an op instead of the spec's composed form, and Liger's kernel for it."""
+    composed: Callable | None = None
+    liger: str | None = None
+    liger_args: Callable | None = None
+
+
 def _rand(shape, dtype, device):
     return torch.randn(shape, dtype=torch.float32, device=device).to(dtype)
 
@@ -32,21 +42,14 @@ def _weight(width, dtype, device):
     return (torch.rand(width, dtype=torch.float32, device=device) + 0.5).to(dtype)
 
 
-def _x(tokens, width, dtype, device):
-    return (_rand((tokens, width), dtype, device),)
-
-
-def _x_w(tokens, width, dtype, device):
-    return _rand((tokens, width), dtype, device), _weight(width, dtype, device)
-
-
-def _gated_x(tokens, width, dtype, device):
-    return (_rand((tokens, 2 * width), dtype, device),)
-
-
-def _x_r_w(tokens, width, dtype, device):
-    return (_rand((tokens, width), dtype, device), _rand((tokens, width), dtype, device),
-            _weight(width, dtype, device))
+def _input_maker(spec: opforge_spec.OpSpec) -> Callable:
+    """(tokens, width, dtype, device) -> the op's inputs: X [tokens, split * width], a residual R
+    [tokens, width], a weight W [width]."""
+    def make(tokens, width, dtype, device):
+        shapes = {"X": (tokens, spec.split * width), "R": (tokens, width)}
+        return tuple(_weight(width, dtype, device) if name == "W" else
+                     _rand(shapes[name], dtype, device) for name in spec.inputs)
+    return make
 
 
 def llama_rms_norm(x, w):
@@ -56,19 +59,9 @@ def llama_rms_norm(x, w):
     return w * h.to(x.dtype)
 
 
-def _swiglu(x):
+def _silu_mul(x):
     a, b = x.chunk(2, dim=-1)
     return F.silu(a) * b
-
-
-def _geglu(x):
-    a, b = x.chunk(2, dim=-1)
-    return F.gelu(a, approximate="tanh") * b
-
-
-def _add_rms_norm(x, r, w):
-    s = x + r
-    return llama_rms_norm(s, w), s
 
 
 def _halves(x):
@@ -78,22 +71,36 @@ def _halves(x):
     return (a.contiguous(), b.contiguous()), ()
 
 
-FORMS = {form.torch_name: form for form in (
-    Form("swish", False, _x, lambda x: x * torch.sigmoid(x),
-         lambda x: torch.ops.opforge.swish(x, 1.0)),  # no Liger kernel: gpu_report.NO_LIGER
-    Form("rms_norm", False, _x_w, llama_rms_norm,
-         lambda x, w: torch.ops.opforge.rms_norm(x, w, EPS),
-         liger="liger_kernel.ops.rms_norm.LigerRMSNormFunction",
-         liger_args=lambda x, w: ((x, w), (EPS, 0.0, "llama", False))),
-    Form("swiglu", True, _gated_x, _swiglu, lambda x: torch.ops.opforge.swiglu(x, 1.0),
-         liger="liger_kernel.ops.swiglu.LigerSiLUMulFunction", liger_args=_halves),
-    Form("geglu", True, _gated_x, _geglu, lambda x: torch.ops.opforge.geglu(x),  # noqa: PLW0108  (looked up when called: a build without geglu still imports)
-         liger="liger_kernel.ops.geglu.LigerGELUMulFunction", liger_args=_halves),
-    Form("add_rms_norm", False, _x_r_w, _add_rms_norm,
-         lambda x, r, w: torch.ops.opforge.add_rms_norm(x, r, w, EPS),
-         liger="liger_kernel.ops.fused_add_rms_norm.LigerFusedAddRMSNormFunction",
-         liger_args=lambda x, r, w: ((x, r, w), (EPS, 0.0, "llama", False))),
-)}
+def _norm_args(*tensors):
+    return tensors, (EPS, 0.0, "llama", False)
+
+
+# What users write is the eager bar: F.silu is one kernel where the spec's composed Swish,
+# x * (beta * x).sigmoid(), is three. Swish has no Liger kernel (gpu_report.NO_LIGER).
+PEERS = {
+    "swish": Peer(F.silu),
+    "rms_norm": Peer(llama_rms_norm, "liger_kernel.ops.rms_norm.LigerRMSNormFunction", _norm_args),
+    "swiglu": Peer(_silu_mul, "liger_kernel.ops.swiglu.LigerSiLUMulFunction", _halves),
+    "geglu": Peer(None, "liger_kernel.ops.geglu.LigerGELUMulFunction", _halves),
+    "add_rms_norm": Peer(None, "liger_kernel.ops.fused_add_rms_norm.LigerFusedAddRMSNormFunction",
+                         _norm_args),
+}
+
+
+def _opforge_call(spec: opforge_spec.OpSpec) -> Callable:
+    """opforge's op with the spec's default attributes (looked up when called: the table builds
+    without the library)."""
+    defaults = tuple(spec.defaults().values())
+    return lambda *tensors: getattr(torch.ops.opforge, spec.torch_name)(*tensors, *defaults)
+
+
+def _form(spec: opforge_spec.OpSpec) -> Form:
+    peer = PEERS.get(spec.torch_name, Peer())
+    return Form(spec.torch_name, spec.split > 1, _input_maker(spec), peer.composed or spec.composed,
+                _opforge_call(spec), peer.liger, peer.liger_args)
+
+
+FORMS = {spec.torch_name: _form(spec) for spec in opforge_spec.OPS.values()}
 
 
 def as_tuple(out) -> tuple:

@@ -14,7 +14,7 @@ TARGET_DTYPES = ("float32", "bfloat16")
 MODES = ("forward", "forward+backward")
 TOKENS = (1, 128, 4096, 16384)
 HIDDEN = (4096, 8192)
-GATED_WIDTH = 14336  # SwiGLU/GeGLU: X [tokens, 2 x 14336] (an 8B-class MLP)
+GATED_WIDTH = 14336  # the gated ops: X [tokens, 2 x 14336] (an 8B-class MLP)
 
 COPY = "D2D copy (same bytes)"
 EAGER = "torch eager (composed)"
