@@ -28,8 +28,14 @@ def format_number(value: float) -> str:
 # kernels/include/opforge/kernels/attrs.h.
 FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 RANK_AT_LEAST_1 = "a tensor of rank >= 1"
+# A residual input R: RESIDUAL_EXPECTED + <X's shape> + " (the shape of X)"
+RESIDUAL_EXPECTED = "a tensor of shape "
 # A per-column weight W: WEIGHT_EXPECTED[0] + <last dim of X> + WEIGHT_EXPECTED[1]
 WEIGHT_EXPECTED = ("1-D tensor of length ", " (last dim of X)")
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def finite_in_float32(value: float) -> bool:
@@ -135,8 +141,16 @@ class OpSpec:
             return error(self.name, "X", RANK_AT_LEAST_1, "rank 0")
         return None
 
+    def r_error(self, x_shape, r_shape) -> str | None:
+        """The rule of a residual input R (X's shape), as every layer words it; None when valid."""
+        x_shape, r_shape = tuple(x_shape), tuple(r_shape)
+        if r_shape == x_shape:
+            return None
+        return error(self.name, "R", RESIDUAL_EXPECTED + _shape_text(x_shape) + " (the shape of X)",
+                     "shape " + _shape_text(r_shape))
+
     def output_shape(self, shape) -> tuple:
-        """Y's shape for X's shape."""
+        """Y's shape for X's shape (a second output H has X's shape)."""
         shape = tuple(shape)
         return shape[:-1] + (shape[-1] // self.split,) if self.split > 1 else shape
 
@@ -167,6 +181,18 @@ class OpSpec:
         return measure(actual, expected64, dtype, rtol, atol)
 
     def check_close(self, actual, expected64, dtype, inputs=(), label: str = "") -> Errors:
+        """Each output against the reference's (a tuple of them for an op with several outputs);
+        the worst output's errors."""
+        if len(self.outputs) > 1:
+            if len(actual) != len(self.outputs) or len(expected64) != len(self.outputs):
+                raise AssertionError(f"opforge.{self.name} {label}: expected {len(self.outputs)} outputs "
+                                     f"({', '.join(self.outputs)}), got {len(actual)}")
+            errs = [self._check_one(a, e, dtype, inputs, f"{label} {name}".strip())
+                    for a, e, name in zip(actual, expected64, self.outputs)]
+            return max(errs, key=lambda e: e.max_ulp)
+        return self._check_one(actual, expected64, dtype, inputs, label)
+
+    def _check_one(self, actual, expected64, dtype, inputs, label: str) -> Errors:
         errs = self.errors(actual, expected64, dtype)
         if errs.mismatched:
             rtol, atol = self.tolerance(dtype)
@@ -540,6 +566,100 @@ GEGLU = OpSpec(
 )
 
 
+# ---- AddRMSNorm ----------------------------------------------------------------------------------
+
+def add_rms_norm_reference(x: np.ndarray, r: np.ndarray, w: np.ndarray, epsilon: float) -> tuple:
+    h = x + r
+    return rms_norm_reference(h, w, epsilon), h
+
+
+def add_rms_norm_composed(x, r, w, epsilon: float = 1e-6):
+    """What a decoder writes without the fused op: the residual add in X's dtype, then RMSNorm."""
+    h = x + r
+    return rms_norm_composed(h, w, epsilon), h
+
+
+def add_rms_norm_decomposed(e, x, r, w, epsilon: float):
+    h = e.op("Add", x, r)
+    return rms_norm_decomposed(e, h, w, epsilon), h
+
+
+def add_rms_norm_independent(x: np.ndarray, r: np.ndarray, w: np.ndarray, epsilon: float) -> tuple:
+    h = np.add(r, x)
+    return rms_norm_independent(h, w, epsilon), h
+
+
+def _add_rms_norm_cases(rng: np.random.Generator, dtype: str) -> list:
+    def w(n):
+        return rng.uniform(0.5, 1.5, (n,))
+
+    def pair(shape, scale=1.0):
+        return rng.standard_normal(shape) * scale, rng.standard_normal(shape) * scale
+
+    cancels = rng.standard_normal((5, 24))  # rows 1 and 3 of H = X + R are exact zeros
+    residual = rng.standard_normal((5, 24))
+    residual[1], residual[3] = -cancels[1], -cancels[3]
+    nan_x, nan_r = pair((4, 16))
+    nan_x[1, 3] = np.nan
+    nan_r[2, 0] = np.inf
+    nan_r[3, 5], nan_x[3, 5] = np.inf, -np.inf  # inf + -inf: a NaN row
+    huge = 1e18 if dtype in ("float32", "float64", "bfloat16") else 1e4
+    return [
+        Case("random", (*pair((4, 64)), w(64)), {}),
+        Case("rank1", (*pair((64,)), w(64)), {}),
+        Case("rank3_odd", (*pair((2, 3, 17)), w(17)), {"epsilon": 1e-5}),
+        Case("residual_cancels", (cancels, residual, w(24)), {}),
+        Case("residual_cancels_eps0", (cancels, residual, w(24)), {"epsilon": 0.0}),
+        Case("zero_residual", (rng.standard_normal((3, 10)), np.zeros((3, 10)), w(10)), {}),
+        Case("huge_magnitude", (*pair((2, 16), huge), w(16)), {}),
+        Case("nan_inf", (nan_x, nan_r, w(16)), {}),
+        Case("empty_rows", (np.zeros((0, 16)), np.zeros((0, 16)), w(16)), {}),
+        Case("batch1", (*pair((1, 4096)), w(4096)), {}),
+        Case("large", (*pair((256, 1031)), w(1031)), {}),
+        Case("non_contiguous", (*pair((6, 40)), w(40)), {}, non_contiguous=True),
+    ]
+
+
+def _add_rms_norm_bad_cases() -> list:
+    x = np.ones((2, 4), np.float32)
+    w = np.ones((4,), np.float32)
+    return [
+        BadCase("int64_input", (np.ones((2, 4), np.int64), np.ones((2, 4), np.int64), w), {},
+                ("opforge.AddRMSNorm", "X")),
+        BadCase("rank0_input", (np.array(1.0, np.float32), np.array(1.0, np.float32), w), {},
+                ("opforge.AddRMSNorm", "X")),
+        BadCase("residual_shape", (x, np.ones((2, 3), np.float32), w), {}, ("opforge.AddRMSNorm", "R")),
+        BadCase("residual_broadcast", (x, np.ones((1, 4), np.float32), w), {}, ("opforge.AddRMSNorm", "R")),
+        BadCase("weight_length", (x, x, np.ones((3,), np.float32)), {}, ("opforge.AddRMSNorm", "W")),
+        BadCase("negative_epsilon", (x, x, w), {"epsilon": -1.0}, ("opforge.AddRMSNorm", "epsilon")),
+        BadCase("epsilon_beyond_float32", (x, x, w), {"epsilon": 1e300}, ("opforge.AddRMSNorm", "epsilon")),
+    ]
+
+
+ADD_RMS_NORM = OpSpec(
+    name="AddRMSNorm",
+    torch_name="add_rms_norm",
+    inputs=("X", "R", "W"),
+    outputs=("Y", "H"),
+    attributes={"epsilon": Attr("epsilon", 1e-6, "added to the mean square", _finite_non_negative)},
+    reference_impl=add_rms_norm_reference,
+    # RMSNorm's bars, but float16 twice as wide: the kernels normalize H as stored (rounded to
+    # X's dtype, so that Y = RMSNorm(H) of the H they return), the float64 reference the exact sum;
+    # that rounding and Y's own can add up to 2^-10 in float16 (bfloat16's bar holds both).
+    tolerances={"float64": (1e-10, 1e-12), "float32": (1e-4, 1e-5),
+                "float16": (2e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5)},
+    case_builder=_add_rms_norm_cases,
+    bad_case_builder=_add_rms_norm_bad_cases,
+    doc="H = X + R; Y = H / sqrt(mean(H^2, last axis) + epsilon) * W; rows of zeros give 0; "
+        "R has X's shape",
+    layout="rows",
+    extra={"w_expected": WEIGHT_EXPECTED},
+    composed=add_rms_norm_composed,
+    decomposed=add_rms_norm_decomposed,
+    independent=add_rms_norm_independent,
+)
+
+
 def swiglu_x_error(shape) -> str | None:
     """The shape rule of SwiGLU's X, as every layer words it; None when `shape` is valid."""
     return SWIGLU.x_error(shape)
@@ -550,4 +670,4 @@ def output_shape(op: OpSpec, shape) -> tuple:
     return op.output_shape(shape)
 
 
-OPS = {op.name: op for op in (SWISH, RMS_NORM, SWIGLU, GEGLU)}
+OPS = {op.name: op for op in (SWISH, RMS_NORM, SWIGLU, GEGLU, ADD_RMS_NORM)}

@@ -198,8 +198,9 @@ OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
     OPFORGE_TRY(check_device_arch(k));
     void* stream = nullptr;
     OPFORGE_TRY(cuda_stream(k, ctx, &stream));
-    return cuda_status(k, cuda::forward(op, x.type, x.data, weighted ? w.data : nullptr, y, v.rows, v.cols, k.attrs,
-                                        stream));
+    const void* inputs[] = {x.data, weighted ? w.data : nullptr};
+    void* outputs[] = {y};
+    return cuda_status(k, cuda::forward(op, x.type, inputs, outputs, v.rows, v.cols, k.attrs, stream));
   }
 #endif
   return k.def->cpu(k, ctx, x, weighted ? &w : nullptr, y, v);

@@ -17,6 +17,9 @@ inline constexpr const char* kSchemas[] = {
     "geglu(Tensor x) -> Tensor",
     "geglu.out(Tensor x, *, Tensor(a!) out) -> ()",
     "geglu_backward(Tensor grad, Tensor x) -> Tensor",
+    "add_rms_norm(Tensor x, Tensor residual, Tensor weight, float epsilon=1e-06) -> (Tensor, Tensor)",
+    "add_rms_norm.out(Tensor x, Tensor residual, Tensor weight, float epsilon=1e-06, *, Tensor(a!) y_out, Tensor(b!) h_out) -> ()",
+    "add_rms_norm_backward(Tensor grad_y, Tensor grad_h, Tensor x, Tensor residual, Tensor weight, float epsilon) -> (Tensor, Tensor, Tensor)",
 };
 
 }  // namespace opforge_torch

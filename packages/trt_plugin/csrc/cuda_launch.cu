@@ -6,12 +6,14 @@
 namespace opforge_trt::cuda {
 namespace kc = opforge::kernels::cuda;
 
-cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* x, const void* w, void* y,
-                    int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs, cudaStream_t s) {
+cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* const* inputs,
+                    void* const* outputs, int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs,
+                    cudaStream_t s) {
   switch (type) {
-    case Element::kFloat: return kc::forward_by_desc<float>(op, x, w, y, rows, cols, attrs, s);
-    case Element::kHalf: return kc::forward_by_desc<__half>(op, x, w, y, rows, cols, attrs, s);
-    case Element::kBFloat16: return kc::forward_by_desc<__nv_bfloat16>(op, x, w, y, rows, cols, attrs, s);
+    case Element::kFloat: return kc::forward_by_desc<float>(op, inputs, outputs, rows, cols, attrs, s);
+    case Element::kHalf: return kc::forward_by_desc<__half>(op, inputs, outputs, rows, cols, attrs, s);
+    case Element::kBFloat16:
+      return kc::forward_by_desc<__nv_bfloat16>(op, inputs, outputs, rows, cols, attrs, s);
   }
   return cudaErrorInvalidValue;
 }

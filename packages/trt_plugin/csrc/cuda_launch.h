@@ -13,9 +13,11 @@ namespace opforge_trt::cuda {
 
 enum class Element { kFloat, kHalf, kBFloat16 };
 
-// Y of `op` for X viewed as [rows, cols] (shapes.h RowView); w: the second input, or nullptr.
-cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* x, const void* w, void* y,
-                    int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs, cudaStream_t stream);
+// The outputs of `op` (its descriptor's order: Y[, H]) from its inputs (X[, R][, W]), X viewed as
+// [rows, cols] (shapes.h RowView).
+cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* const* inputs,
+                    void* const* outputs, int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs,
+                    cudaStream_t stream);
 
 // "" when the current device can run this library's CUDA code (SASS or PTX, arch_guard.h); else
 // why not. Decided once per device.

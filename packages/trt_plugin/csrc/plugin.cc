@@ -185,8 +185,7 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
     return -1;
   }
   const kernels::RowView v = kernels::row_view(*spec_, x.d, x.nbDims);
-  const cudaError_t status = cuda::forward(*spec_, element, inputs[0], spec_->nb_inputs > 1 ? inputs[1] : nullptr,
-                                           outputs[0], v.rows, v.cols, attrs_, stream);
+  const cudaError_t status = cuda::forward(*spec_, element, inputs, outputs, v.rows, v.cols, attrs_, stream);
   if (status != cudaSuccess) {
     report(spec_->name, "CUDA kernel launch", "cudaSuccess",
            std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")");

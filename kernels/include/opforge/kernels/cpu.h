@@ -305,6 +305,44 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
   }
 }
 
+// H = X + R rounded to T, then RMSNorm of that H (the H the caller gets), row by row: H's row is
+// still in the cache when it is normalized.
+template <class T>
+OPFORGE_ALWAYS_INLINE void add_rms_norm_forward_rows(const T* x, const T* r, const T* w, T* y, T* h,
+                                                     int64_t row_begin, int64_t row_end, int64_t cols,
+                                                     float eps) {
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t base = row * cols;
+    for (int64_t j = 0; j < cols; ++j) h[base + j] = store<T>(load(x[base + j]) + load(r[base + j]));
+    rms_norm_forward_rows(h, w, y, row, row + 1, cols, eps);
+  }
+}
+
+// dX = dR = RMSNorm's dX at H, plus dH; dW as RMSNorm's at H. dR's row holds H until it is read.
+template <class T, class Acc>
+OPFORGE_ALWAYS_INLINE void add_rms_norm_backward_rows(const T* dy, const T* dh, const T* x, const T* r,
+                                                      const T* w, T* dx, T* dr, Acc* dw_acc,
+                                                      int64_t row_begin, int64_t row_end, int64_t cols,
+                                                      float eps) {
+  using C = compute_t<T>;
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t base = row * cols;
+    T* hr = dr + base;
+    for (int64_t j = 0; j < cols; ++j) hr[j] = store<T>(load(x[base + j]) + load(r[base + j]));
+    const double inv_d = rms_inverse(sum_squares(hr, cols) / double(cols), double(eps));
+    const C inv = static_cast<C>(inv_d);
+    const C coef = static_cast<C>(inv_d * inv_d * inv_d * dot_gw_x(dy + base, w, hr, cols) / double(cols));
+    for (int64_t j = 0; j < cols; ++j) {
+      const C hv = load(hr[j]);
+      const C dyv = load(dy[base + j]);
+      const T g = store<T>(inv * dyv * load(w[j]) - hv * coef + load(dh[base + j]));
+      dx[base + j] = g;
+      hr[j] = g;
+      dw_acc[j] += static_cast<Acc>(dyv * hv * inv);
+    }
+  }
+}
+
 // One non-template, multi-versioned entry per storage type: target_clones needs a plain function.
 #define OPFORGE_DEFINE_CPU_ENTRIES(T, SUFFIX)                                                     \
   OPFORGE_CPU_ENTRY void swish_forward_##SUFFIX(const T* x, T* y, int64_t n, float beta) {    \
@@ -331,6 +369,21 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
                                                         T* dx, double* dw, int64_t r0,            \
                                                         int64_t r1, int64_t cols, float eps) {    \
     rms_norm_backward_rows(dy, x, w, dx, dw, r0, r1, cols, eps);                                  \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void add_rms_norm_forward_##SUFFIX(const T* x, const T* r, const T* w, T* y,  \
+                                                       T* h, int64_t r0, int64_t r1, int64_t cols, \
+                                                       float eps) {                               \
+    add_rms_norm_forward_rows(x, r, w, y, h, r0, r1, cols, eps);                                  \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void add_rms_norm_backward_##SUFFIX(                                          \
+      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, float* dw,      \
+      int64_t r0, int64_t r1, int64_t cols, float eps) {                                          \
+    add_rms_norm_backward_rows(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, eps);                   \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void add_rms_norm_backward_##SUFFIX(                                          \
+      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, double* dw,     \
+      int64_t r0, int64_t r1, int64_t cols, float eps) {                                          \
+    add_rms_norm_backward_rows(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, eps);                   \
   }
 
 // A gated op's entries for one storage type: the shared gated rows with its gate (math.h) on the
@@ -405,6 +458,15 @@ template <class T, class Acc>
 void rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, Acc* dw_acc, int64_t row_begin,
                        int64_t row_end, int64_t cols, float eps);
 
+// H = X + R (rounded to T) and Y = RMSNorm(H, W): rows [row_begin, row_end) of [rows, cols].
+template <class T>
+void add_rms_norm_forward(const T* x, const T* r, const T* w, T* y, T* h, int64_t row_begin,
+                          int64_t row_end, int64_t cols, float eps);
+// dX and dR (the same values) and dW partial sums added into dw_acc, for rows [row_begin, row_end).
+template <class T, class Acc>
+void add_rms_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr,
+                           Acc* dw_acc, int64_t row_begin, int64_t row_end, int64_t cols, float eps);
+
 #define OPFORGE_BIND_CPU_ENTRIES(T, SUFFIX)                                                        \
   template <>                                                                                      \
   inline void swish_forward<T>(const T* x, T* y, int64_t n, float beta) {                          \
@@ -432,6 +494,23 @@ void rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, Acc* dw_acc, 
   inline void rms_norm_backward<T, double>(const T* dy, const T* x, const T* w, T* dx, double* dw, \
                                            int64_t r0, int64_t r1, int64_t cols, float eps) {      \
     detail::rms_norm_backward_##SUFFIX(dy, x, w, dx, dw, r0, r1, cols, eps);                       \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void add_rms_norm_forward<T>(const T* x, const T* r, const T* w, T* y, T* h, int64_t r0,  \
+                                      int64_t r1, int64_t cols, float eps) {                       \
+    detail::add_rms_norm_forward_##SUFFIX(x, r, w, y, h, r0, r1, cols, eps);                       \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void add_rms_norm_backward<T, float>(const T* dy, const T* dh, const T* x, const T* r,    \
+                                              const T* w, T* dx, T* dr, float* dw, int64_t r0,     \
+                                              int64_t r1, int64_t cols, float eps) {               \
+    detail::add_rms_norm_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, eps);        \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void add_rms_norm_backward<T, double>(const T* dy, const T* dh, const T* x, const T* r,   \
+                                               const T* w, T* dx, T* dr, double* dw, int64_t r0,   \
+                                               int64_t r1, int64_t cols, float eps) {              \
+    detail::add_rms_norm_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, eps);        \
   }
 
 OPFORGE_BIND_CPU_ENTRIES(float, f32)

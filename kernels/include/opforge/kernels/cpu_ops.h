@@ -1,6 +1,8 @@
 // Each op's CPU kernels (cpu.h) behind one calling convention, so a layer's glue is written once
 // for every op: X is a RowView (shapes.h) and a call covers rows [r0, r1). An op added to the spec
-// gets one binding here; the layers list it in their op table.
+// gets one binding here; the layers expand OPFORGE_FOR_EACH_OP. The tensors follow the op's
+// descriptor (shapes.h has_residual / has_weight, nb_outputs): X, R (X's shape) and W in, Y and H
+// (X's shape) out; the ones an op does not have are nullptr.
 #pragma once
 
 #include "opforge/kernels/cpu.h"
@@ -16,6 +18,8 @@ struct Forward {
   int64_t cols;
   AttrValues attrs;  // the op's attributes, in its descriptor's order
   bool stream_y = false;  // Y is a large, reused buffer: non-temporal stores (Swish; cpu.h)
+  const T* r = nullptr;   // the residual input, or nullptr
+  T* h = nullptr;         // the second output, or nullptr
 };
 
 template <class T>
@@ -70,6 +74,15 @@ struct GeGLUKernel {
   static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
     gated_backward<T>(a.dy, a.x, a.dx, r0, r1, a.cols / 2, CpuGate<GeGLUGate>{});
   }
+};
+
+struct AddRMSNormKernel {
+  static constexpr const OpDesc& desc = kAddRMSNormOp;
+  template <class T>
+  static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
+    add_rms_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, r0, r1, a.cols, a.attrs[0]);
+  }
+  // backward: dW is a reduction over rows; the layers schedule it themselves (add_rms_norm_backward).
 };
 
 }  // namespace opforge::kernels::cpu

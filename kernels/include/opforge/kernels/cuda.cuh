@@ -214,20 +214,47 @@ __device__ __forceinline__ Packet<T, kVec> normalized(Packet<T, kVec> x, Packet<
   return y;
 }
 
+// X + R rounded to T: AddRMSNorm's H, which its norm and its backward read (one rounding, as the
+// CPU kernels do).
+template <int kVec, class T>
+__device__ __forceinline__ Packet<T, kVec> added(Packet<T, kVec> x, Packet<T, kVec> r) {
+  Packet<T, kVec> h;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) h.v[k] = from_float<T>(to_float(x.v[k]) + to_float(r.v[k]));
+  return h;
+}
+
+// The row a row kernel normalizes: X's packet p, or with a residual (AddRMSNorm) X + R's.
+template <bool kResidual, int kVec, class T>
+__device__ __forceinline__ Packet<T, kVec> row_input(const Packet<T, kVec>* xr, const Packet<T, kVec>* rr,
+                                                     int64_t p) {
+  if constexpr (kResidual) {
+    return added<kVec>(xr[p], rr[p]);
+  } else {
+    return xr[p];
+  }
+}
+
 // One row group per row (several short rows a block, a whole block on a long one), fp32 sums.
 // kCached: a thread's share of the row stays in registers between the sum and the output, so X
 // is read once; otherwise X is read again for the output (from L2 for rows of this size).
-template <class T, int kVec, bool kCached>
+// kResidual (AddRMSNorm): the row is H = X + R, written to h as it is read; r and h are unused
+// otherwise.
+template <class T, int kVec, bool kCached, bool kResidual = false>
 __global__ void __launch_bounds__(ci::kRowForwardThreads, 1)
     rms_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                            int64_t rows, int64_t cols, int64_t groups, float eps) {
+                            int64_t rows, int64_t cols, int64_t groups, float eps,
+                            const T* __restrict__ r, T* __restrict__ h) {
   using P = Packet<T, kVec>;
   __shared__ float scratch[32];
   const int64_t ppr = cols / kVec;
   const P* wp = reinterpret_cast<const P*>(w);
   ci::row_visit(this_launch(), block_index(), thread_index(), rows, groups,
                 [&](int64_t row, bool live, bool) {
-    const P* xr = reinterpret_cast<const P*>(x) + (live ? row * ppr : 0);
+    const int64_t at = live ? row * ppr : 0;
+    const P* xr = reinterpret_cast<const P*>(x) + at;
+    const P* rr = kResidual ? reinterpret_cast<const P*>(r) + at : nullptr;
+    P* hr = kResidual ? reinterpret_cast<P*>(h) + at : nullptr;
     P kept[kCached ? ci::kRowForwardPackets : 1];
     float sum[1] = {0.0f};
     if (live) {
@@ -236,17 +263,22 @@ __global__ void __launch_bounds__(ci::kRowForwardThreads, 1)
         for (int k = 0; k < ci::kRowForwardPackets; ++k) {
           const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
           if (p >= ppr) continue;
-          kept[k] = xr[p];
+          kept[k] = row_input<kResidual, kVec>(xr, rr, p);
+          if constexpr (kResidual) hr[p] = kept[k];
           add_squares<kVec>(sum[0], kept[k]);
         }
       } else {
-        for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) add_squares<kVec>(sum[0], xr[p]);
+        for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
+          const P v = row_input<kResidual, kVec>(xr, rr, p);
+          if constexpr (kResidual) hr[p] = v;
+          add_squares<kVec>(sum[0], v);
+        }
       }
     }
     group_sum(sum, scratch);
     const float inv = rms_inverse(__fdividef(sum[0], float(cols)), eps);
     if (!live) return;
-    P* yr = reinterpret_cast<P*>(y) + row * ppr;
+    P* yr = reinterpret_cast<P*>(y) + at;
     if constexpr (kCached) {
 #pragma unroll
       for (int k = 0; k < ci::kRowForwardPackets; ++k) {
@@ -255,7 +287,7 @@ __global__ void __launch_bounds__(ci::kRowForwardThreads, 1)
       }
     } else {
       for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
-        yr[p] = normalized<kVec>(xr[p], wp[p], inv);
+        yr[p] = normalized<kVec>(row_input<kResidual, kVec>(xr, rr, p), wp[p], inv);
       }
     }
   });
@@ -273,14 +305,19 @@ __device__ __forceinline__ void add_backward_sums(float (&sums)[2], Packet<T, kV
   }
 }
 
-// dX = inv * dY * W - X * coef, with coef = inv^3 * mean(dY * W * X)
-template <int kVec, class T>
+// dX = inv * dY * W - X * coef, with coef = inv^3 * mean(dY * W * X); with a residual
+// (AddRMSNorm, X is H) plus dH, rounded once.
+template <bool kResidual, int kVec, class T>
 __device__ __forceinline__ Packet<T, kVec> input_grad(Packet<T, kVec> x, Packet<T, kVec> g,
-                                                      Packet<T, kVec> w, float inv, float coef) {
+                                                      Packet<T, kVec> w, float inv, float coef,
+                                                      const Packet<T, kVec>* dh, int64_t p) {
   Packet<T, kVec> dx;
+  Packet<T, kVec> extra;
+  if constexpr (kResidual) extra = dh[p];
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    dx.v[k] = from_float<T>(inv * to_float(g.v[k]) * to_float(w.v[k]) - to_float(x.v[k]) * coef);
+    const float g_x = inv * to_float(g.v[k]) * to_float(w.v[k]) - to_float(x.v[k]) * coef;
+    dx.v[k] = from_float<T>(kResidual ? g_x + to_float(extra.v[k]) : g_x);
   }
   return dx;
 }
@@ -289,12 +326,14 @@ __device__ __forceinline__ Packet<T, kVec> input_grad(Packet<T, kVec> x, Packet<
 // in row order, of dY * X * inv (no atomics; dw_sum_kernel adds the partial rows in group order).
 // kCached: the row's X and dY stay in registers and the partial dW too (each thread owns the same
 // columns on every row of its group); otherwise the partial row is accumulated in place.
-template <class T, int kVec, bool kCached>
+// kResidual (AddRMSNorm): the row is H = X + R, dX gets dH added and dR is written as dX.
+template <class T, int kVec, bool kCached, bool kResidual = false>
 __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
     rms_norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                              const T* __restrict__ w, T* __restrict__ dx,
                              float* __restrict__ partial_dw, int64_t rows, int64_t cols,
-                             int64_t groups, float eps) {
+                             int64_t groups, float eps, const T* __restrict__ r,
+                             const T* __restrict__ dh, T* __restrict__ dr) {
   using P = Packet<T, kVec>;
   constexpr int kKept = kCached ? ci::kRowBackwardPackets : 1;
   __shared__ float scratch[2 * 32];
@@ -306,6 +345,9 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
                 [&](int64_t row, bool live, bool first) {
     const int64_t at = live ? row * ppr : 0;
     const P* xr = reinterpret_cast<const P*>(x) + at;
+    const P* rr = kResidual ? reinterpret_cast<const P*>(r) + at : nullptr;
+    const P* dhr = kResidual ? reinterpret_cast<const P*>(dh) + at : nullptr;
+    P* drr = kResidual ? reinterpret_cast<P*>(dr) + at : nullptr;
     const P* gr = reinterpret_cast<const P*>(dy) + at;
     P kept_x[kKept], kept_g[kKept];
     float sums[2] = {0.0f, 0.0f};
@@ -315,13 +357,13 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
         for (int k = 0; k < kKept; ++k) {
           const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
           if (p >= ppr) continue;
-          kept_x[k] = xr[p];
+          kept_x[k] = row_input<kResidual, kVec>(xr, rr, p);
           kept_g[k] = gr[p];
           add_backward_sums<kVec>(sums, kept_x[k], kept_g[k], wp[p]);
         }
       } else {
         for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
-          add_backward_sums<kVec>(sums, xr[p], gr[p], wp[p]);
+          add_backward_sums<kVec>(sums, row_input<kResidual, kVec>(xr, rr, p), gr[p], wp[p]);
         }
       }
     }
@@ -335,7 +377,8 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
       for (int k = 0; k < kKept; ++k) {
         const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
         if (p >= ppr) continue;
-        dxr[p] = input_grad<kVec>(kept_x[k], kept_g[k], wp[p], inv, coef);
+        dxr[p] = input_grad<kResidual, kVec>(kept_x[k], kept_g[k], wp[p], inv, coef, dhr, p);
+        if constexpr (kResidual) drr[p] = dxr[p];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           dw[k][e] += to_float(kept_g[k].v[e]) * to_float(kept_x[k].v[e]) * inv;
@@ -344,8 +387,9 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
     } else {
       float* partial = partial_dw + group * cols;
       for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
-        const P xv = xr[p], gv = gr[p];
-        dxr[p] = input_grad<kVec>(xv, gv, wp[p], inv, coef);
+        const P xv = row_input<kResidual, kVec>(xr, rr, p), gv = gr[p];
+        dxr[p] = input_grad<kResidual, kVec>(xv, gv, wp[p], inv, coef, dhr, p);
+        if constexpr (kResidual) drr[p] = dxr[p];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           const float before = first ? 0.0f : partial[p * kVec + e];
@@ -447,7 +491,24 @@ cudaError_t rms_norm_forward(const T* x, const T* w, T* y, int64_t rows, int64_t
     const auto kernel = l.cached ? detail::rms_norm_forward_kernel<T, kVec, true>
                                  : detail::rms_norm_forward_kernel<T, kVec, false>;
     kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(x, w, y, rows, cols,
-                                                                             l.groups, eps);
+                                                                             l.groups, eps, nullptr, nullptr);
+    return cudaGetLastError();
+  });
+}
+
+// H = X + R (rounded to T) and Y = RMSNorm(H, W), [rows, cols] each, in one pass over X and R.
+template <class T>
+cudaError_t add_rms_norm_forward(const T* x, const T* r, const T* w, T* y, T* h, int64_t rows,
+                                 int64_t cols, float eps, cudaStream_t s) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const int vec = cuda_index::row_packet_elems(sizeof(T), cols, detail::address_bits(x, r, w, y, h));
+  return detail::with_packet<T>(vec, [&](auto packet) {
+    constexpr int kVec = decltype(packet)::value;
+    const cuda_index::RowLaunch l = cuda_index::rms_forward_launch(rows, cols / kVec);
+    const auto kernel = l.cached ? detail::rms_norm_forward_kernel<T, kVec, true, true>
+                                 : detail::rms_norm_forward_kernel<T, kVec, false, true>;
+    kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(x, w, y, rows, cols,
+                                                                             l.groups, eps, r, h);
     return cudaGetLastError();
   });
 }
@@ -475,7 +536,35 @@ cudaError_t rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, float*
     const auto kernel = l.cached ? detail::rms_norm_backward_kernel<T, kVec, true>
                                  : detail::rms_norm_backward_kernel<T, kVec, false>;
     kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(
-        dy, x, w, dx, partial_dw, rows, cols, l.groups, eps);
+        dy, x, w, dx, partial_dw, rows, cols, l.groups, eps, nullptr, nullptr, nullptr);
+    return cudaGetLastError();
+  });
+  if (rows_done != cudaSuccess) return rows_done;
+  const cuda_index::Launch sum = cuda_index::dw_sum_launch(cols);
+  detail::dw_sum_kernel<><<<detail::grid_of(sum), detail::block_of(sum), 0, s>>>(
+      partial_dw, dw, cuda_index::dw_groups(rows), cols);
+  return cudaGetLastError();
+}
+
+// dX and dR [rows, cols] (the same values: RMSNorm's dX at H = X + R, plus dH) and dW [cols]
+// (float32, fully written), deterministic as rms_norm_backward; its workspace is
+// rms_norm_backward_workspace_size(rows, cols).
+template <class T>
+cudaError_t add_rms_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx,
+                                  T* dr, float* dw, void* workspace, int64_t rows, int64_t cols,
+                                  float eps, cudaStream_t s) {
+  if (cols == 0) return cudaSuccess;
+  if (rows == 0) return cudaMemsetAsync(dw, 0, size_t(cols) * sizeof(float), s);
+  float* partial_dw = static_cast<float*>(workspace);
+  const int vec = cuda_index::row_packet_elems(sizeof(T), cols,
+                                               detail::address_bits(dy, dh, x, r, w, dx, dr));
+  const cudaError_t rows_done = detail::with_packet<T>(vec, [&](auto packet) {
+    constexpr int kVec = decltype(packet)::value;
+    const cuda_index::RowLaunch l = cuda_index::rms_backward_launch(rows, cols / kVec);
+    const auto kernel = l.cached ? detail::rms_norm_backward_kernel<T, kVec, true, true>
+                                 : detail::rms_norm_backward_kernel<T, kVec, false, true>;
+    kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(
+        dy, x, w, dx, partial_dw, rows, cols, l.groups, eps, r, dh, dr);
     return cudaGetLastError();
   });
   if (rows_done != cudaSuccess) return rows_done;

@@ -1,9 +1,11 @@
 // Each op's CUDA launchers (cuda.cuh) behind one calling convention, the twin of cpu_ops.h: X is
-// [rows, cols] (an elementwise op's row is one element) and one launch covers it all.
+// [rows, cols] (an elementwise op's row is one element) and one launch covers it all. The tensors
+// an op does not have (R, W, H) are nullptr.
 #pragma once
 
 #include "opforge/kernels/attrs.h"
 #include "opforge/kernels/cuda.cuh"
+#include "opforge/kernels/shapes.h"
 
 namespace opforge::kernels::cuda {
 
@@ -15,6 +17,8 @@ struct Forward {
   int64_t rows;
   int64_t cols;
   AttrValues attrs;  // the op's attributes, in its descriptor's order
+  const T* r = nullptr;  // the residual input, or nullptr
+  T* h = nullptr;        // the second output, or nullptr
 };
 
 template <class T>
@@ -71,6 +75,14 @@ struct GeGLUKernel {
   }
 };
 
+struct AddRMSNormKernel {
+  static constexpr const OpDesc& desc = kAddRMSNormOp;
+  template <class T>
+  static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
+    return add_rms_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, a.rows, a.cols, a.attrs[0], s);
+  }
+};
+
 // Every op's forward kernel, by descriptor: what a runtime plugin launches from untyped buffers.
 // cudaErrorInvalidValue for an op without a CUDA kernel here.
 template <class T, class... Kernels>
@@ -80,10 +92,16 @@ cudaError_t forward_of(const OpDesc& op, const Forward<T>& args, cudaStream_t s)
   return result;
 }
 
+// inputs: the op's op.nb_inputs tensors in its descriptor's order (X[, R][, W]); outputs: its
+// op.nb_outputs (Y[, H]). [rows, cols] is X's row view.
 template <class T>
-cudaError_t forward_by_desc(const OpDesc& op, const void* x, const void* w, void* y, int64_t rows, int64_t cols,
-                            const AttrValues& attrs, cudaStream_t s) {
-  const Forward<T> args{static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), rows, cols, attrs};
+cudaError_t forward_by_desc(const OpDesc& op, const void* const* inputs, void* const* outputs, int64_t rows,
+                            int64_t cols, const AttrValues& attrs, cudaStream_t s) {
+  const auto input = [&](int i) { return static_cast<const T*>(inputs[i]); };
+  Forward<T> args{input(0), has_weight(op) ? input(op.nb_inputs - 1) : nullptr, static_cast<T*>(outputs[0]),
+                  rows, cols, attrs};
+  if (has_residual(op)) args.r = input(1);
+  if (op.nb_outputs > 1) args.h = static_cast<T*>(outputs[1]);
 #define OPFORGE_CUDA_KERNEL(Name) , Name##Kernel
   return forward_of<T OPFORGE_FOR_EACH_OP(OPFORGE_CUDA_KERNEL)>(op, args, s);
 #undef OPFORGE_CUDA_KERNEL

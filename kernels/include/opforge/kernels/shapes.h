@@ -61,7 +61,24 @@ inline std::string w_shape_error(const OpDesc& op, const int64_t* x_shape, int32
   return error_text(op.name, "W", expected, "shape " + shape_text(w_shape, w_rank));
 }
 
-// Y's shape from X's (same rank); unknown extents stay unknown.
+// An op's tensor inputs by position: X, then a residual R of X's shape (three inputs), then a
+// per-column weight W (two or three).
+constexpr bool has_residual(const OpDesc& op) { return op.nb_inputs == 3; }
+constexpr bool has_weight(const OpDesc& op) { return op.nb_inputs >= 2; }
+
+// Empty when R has X's shape, else the canonical error text. Extents not known yet (< 0) match.
+inline std::string r_shape_error(const OpDesc& op, const int64_t* x_shape, int32_t x_rank,
+                                 const int64_t* r_shape, int32_t r_rank) {
+  bool same = x_rank == r_rank;
+  for (int32_t i = 0; same && i < x_rank; ++i) {
+    same = x_shape[i] < 0 || r_shape[i] < 0 || x_shape[i] == r_shape[i];
+  }
+  if (same) return {};
+  return error_text(op.name, "R", kResidualExpected + shape_text(x_shape, x_rank) + " (the shape of X)",
+                    "shape " + shape_text(r_shape, r_rank));
+}
+
+// Y's shape from X's (same rank); unknown extents stay unknown. A second output H has X's shape.
 inline void output_shape(const OpDesc& op, const int64_t* x_shape, int32_t rank, int64_t* y_shape) {
   for (int32_t i = 0; i < rank; ++i) y_shape[i] = x_shape[i];
   if (op.split > 1 && rank >= 1 && y_shape[rank - 1] > 0) y_shape[rank - 1] /= op.split;

@@ -2,6 +2,6 @@
 
 DOMAIN = 'opforge'
 DOMAIN_VERSION = 1
-OPS = ('Swish', 'RMSNorm', 'SwiGLU', 'GeGLU')
+OPS = ('Swish', 'RMSNorm', 'SwiGLU', 'GeGLU', 'AddRMSNorm')
 # op -> its FLOAT attributes (= TensorRT plugin fields), each (name, default)
-ATTRIBUTES = {'Swish': (('beta', 1.0),), 'RMSNorm': (('epsilon', 1e-06),), 'SwiGLU': (('beta', 1.0),), 'GeGLU': ()}
+ATTRIBUTES = {'Swish': (('beta', 1.0),), 'RMSNorm': (('epsilon', 1e-06),), 'SwiGLU': (('beta', 1.0),), 'GeGLU': (), 'AddRMSNorm': (('epsilon', 1e-06),)}

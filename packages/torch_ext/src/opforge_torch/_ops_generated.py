@@ -5,7 +5,7 @@ opforge_torch.<op> for every op: the op, or with `out=` its .out overload
 
 import torch
 
-__all__ = ['swish', 'rms_norm', 'swiglu', 'geglu']
+__all__ = ['swish', 'rms_norm', 'swiglu', 'geglu', 'add_rms_norm']
 
 
 def _call(op, args: tuple, out, names=("out",)):
@@ -33,3 +33,8 @@ def swiglu(x, beta: float = 1.0, *, out=None):
 def geglu(x, *, out=None):
     """Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * (1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]."""
     return _call(torch.ops.opforge.geglu, (x,), out)
+
+
+def add_rms_norm(x, residual, weight, epsilon: float = 1e-06, *, out=None):
+    """H = X + R; Y = H / sqrt(mean(H^2, last axis) + epsilon) * W; rows of zeros give 0; R has X's shape."""
+    return _call(torch.ops.opforge.add_rms_norm, (x, residual, weight, epsilon), out, ('y_out', 'h_out'))
