@@ -63,6 +63,32 @@ def chain(path, n_nodes: int, width: int = 64) -> None:
     onnx.save(helper.make_model(graph, opset_imports=OPSETS), str(path))
 
 
+def residual_stream(path, *, width: int = 16) -> dict:
+    """Two decoder steps sharing one residual stream: the first AddRMSNorm's H is the residual of
+    the second. x, r -> b1_norm (y1, h1) -> MatMul -> b2_norm(mm, h1) -> (y, h). Returns
+    {tensor: (node, output)} of the AddRMSNorm outputs."""
+    rng = np.random.default_rng(3)
+
+    def const(name, array):
+        return numpy_helper.from_array(np.asarray(array, np.float32), name)
+
+    inits = [const("g1", rng.uniform(0.5, 1.5, width)), const("g2", rng.uniform(0.5, 1.5, width)),
+             const("wm", rng.standard_normal((width, width)) / np.sqrt(width))]
+    nodes = [
+        helper.make_node("AddRMSNorm", ["x", "r", "g1"], ["/b1/y", "/b1/h"], domain="opforge",
+                         epsilon=1e-5, name="b1_norm"),
+        helper.make_node("MatMul", ["/b1/y", "wm"], ["/b1/mm"], name="b1_mm"),
+        helper.make_node("AddRMSNorm", ["/b1/mm", "/b1/h", "g2"], ["y", "h"], domain="opforge",
+                         name="b2_norm"),
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", width]) for n in ("x", "r")]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", width]) for n in ("y", "h")]
+    graph = helper.make_graph(nodes, "residual_stream", io, outs, inits)
+    onnx.save(helper.make_model(graph, opset_imports=OPSETS), str(path))
+    return {"/b1/y": ("b1_norm", "Y"), "/b1/h": ("b1_norm", "H"), "y": ("b2_norm", "Y"),
+            "h": ("b2_norm", "H")}
+
+
 def tensors_by_name(report: dict) -> dict:
     """report.json's `tensors` (a list in topological order) keyed by each entry's name."""
     return {entry["name"]: entry for entry in report["tensors"]}

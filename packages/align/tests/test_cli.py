@@ -45,7 +45,7 @@ def test_a_perturbed_stored_tensor_is_the_first_divergence(model, tmp_path, alig
                  "--json", tmp_path / "r.json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     first = json.loads((tmp_path / "r.json").read_text())["first_divergence"]
-    assert first == {"tensor": "/l1/norm", "node": "l1_norm", "op": "opforge::RMSNorm",
+    assert first == {"tensor": "/l1/norm", "node": "l1_norm", "op": "opforge::RMSNorm", "output": "",
                      "subject": "ort", "baseline": "stored"}
 
 

@@ -44,6 +44,7 @@ class TensorResult:
     order: int
     subject: str
     baseline: str
+    output: str = ""    # which output of its node (Y or H of AddRMSNorm; model.TensorInfo)
     dtype: str = ""
     shape: list = field(default_factory=list)
     tolerance: tolerances.Tolerance | None = None
@@ -241,7 +242,7 @@ def _compare(model, names, actual: dict, expected: dict, subject, baseline, over
     for name in names:
         info = model.info(name)
         result = TensorResult(name, info.node, info.op, info.order, subject, baseline,
-                              tolerance=budgets[name])
+                              output=info.output, tolerance=budgets[name])
         if name not in expected:
             result.missing = f"baseline: {baseline} has no {name!r}"
         elif name not in actual:

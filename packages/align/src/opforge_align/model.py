@@ -11,6 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import opforge_spec as spec
 
+from . import outputs
+
 # Float element types the float64 reference run widens to DOUBLE.
 NARROW_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
@@ -22,6 +24,8 @@ class TensorInfo:
     node: str     # the producing node's name ("#<index>" when it has none)
     op: str       # "MatMul", or "opforge::Swish" for a custom domain
     order: int    # index of the producing node (topological)
+    output: str = ""  # which of the node's outputs: "" when it has one; the spec's name (Y, H)
+                      # for an opforge op, else "#<index>"
 
 
 @dataclass
@@ -115,8 +119,9 @@ def load(path) -> Model:
     if not proto.graph.node:
         raise AlignError(f"{path}: not a readable ONNX model (no graph nodes)")
     _check_opforge_version(path, proto)
-    tensors = [TensorInfo(name, node.name or f"#{i}", _op_name(node), i)
-               for i, node in enumerate(proto.graph.node) for name in node.output if name]
+    tensors = [TensorInfo(name, node.name or f"#{i}", _op_name(node), i, outputs.role(node, k))
+               for i, node in enumerate(proto.graph.node)
+               for k, name in enumerate(node.output) if name]
     return Model(path, proto, tensors, _elem_types(proto))
 
 

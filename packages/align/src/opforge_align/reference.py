@@ -11,6 +11,7 @@ import opforge_spec as spec
 
 from .errors import AlignError
 from .model import NARROW_FLOATS, as_float64, np_dtype
+from .outputs import as_tuple
 
 
 class _SpecOp(OpRun):
@@ -26,7 +27,8 @@ class _SpecOp(OpRun):
             if message:  # refused as every layer refuses it (the spec's rule and text)
                 raise ValueError(message)
             values[name] = value
-        return (op.reference(*arrays, **values).astype(arrays[0].dtype),)
+        # every output (AddRMSNorm's Y and H), in the node's output order
+        return tuple(y.astype(arrays[0].dtype) for y in as_tuple(op, op.reference(*arrays, **values)))
 
 
 def _run(self, *arrays, **attrs):

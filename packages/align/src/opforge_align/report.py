@@ -23,7 +23,7 @@ def as_dict(report) -> dict:
         "skipped_runtimes": report.skipped_runtimes, "notes": report.notes,
         "saved_outputs": report.saved or None,
         "first_divergence": None if first is None else {
-            "tensor": first.tensor, "node": first.node, "op": first.op,
+            "tensor": first.tensor, "node": first.node, "op": first.op, "output": first.output,
             "subject": first.subject, "baseline": first.baseline},
         "tensors": _tensors(report), "timings_s": report.timings_s,
     })
@@ -43,7 +43,7 @@ def _tensors(report) -> list:
 
 
 def _one(r) -> dict:
-    entry = {"node": r.node, "op": r.op, "order": r.order, "subject": r.subject,
+    entry = {"node": r.node, "op": r.op, "output": r.output, "order": r.order, "subject": r.subject,
              "baseline": r.baseline, "dtype": r.dtype, "shape": r.shape, "ok": r.ok}
     if r.tolerance is not None:
         entry.update(r.tolerance.as_dict())
@@ -86,11 +86,16 @@ def summary(report) -> str:
     lines += [f"  note: {note}" for note in report.notes]
     first = report.first_divergence
     if first is not None:
-        lines.append(f"  first divergence: {first.tensor!r} (node {first.node}, {first.op}) "
+        lines.append(f"  first divergence: {first.tensor!r} (node {first.node}, {_op_text(first)}) "
                      f"in {first.subject}: {_worst_text(first)}")
     if report.saved:
         lines.append(f"  saved {report.saved}")
     return "\n".join(lines)
+
+
+def _op_text(r) -> str:
+    """The op and, for a node of several outputs, which one: "opforge::AddRMSNorm output H"."""
+    return f"{r.op} output {r.output}" if r.output else r.op
 
 
 def _worst_text(r) -> str:
@@ -114,8 +119,8 @@ def write_markdown(report, folder: Path) -> Path:
              f"- tensors: {'every intermediate' if report.all_tensors else 'graph outputs'}",
              "- inputs: " + ", ".join(f"{k} {v['dtype']}{v['shape']}" for k, v in report.inputs.items()),
              "- first divergence: " + ("none" if first is None else
-                                       f"`{first.tensor}` (node `{first.node}`, {first.op}, "
-                                       f"{first.subject})")]
+                                       f"`{first.tensor}` (node `{first.node}`, "
+                                       f"{_op_text(first)}, {first.subject})")]
     lines += [f"- skipped {k}: {v}" for k, v in report.skipped_runtimes.items()]
     lines += [f"- note: {note}" for note in report.notes]
     header = ("| # | tensor | op | runtime | dtype | shape | max abs | max rel | max ulp | "
@@ -137,12 +142,12 @@ def _row(r) -> str:
     tol = f"{r.tolerance.rtol:.3g}, {r.tolerance.atol:.3g}" if r.tolerance else "-"
     if r.metrics is None or r.metrics.detail:
         why = r.missing if r.metrics is None else r.metrics.detail
-        return (f"| {r.order} | `{r.tensor}` | {r.op} | {r.subject} | {r.dtype} | {r.shape} | "
+        return (f"| {r.order} | `{r.tensor}` | {_op_text(r)} | {r.subject} | {r.dtype} | {r.shape} | "
                 f"{why} |  |  |  |  | {tol} | {ok} |")
     m = r.metrics
     worst = f"{m.worst_value:.9g} / {m.worst_expected:.9g} {list(m.worst_index)}" \
         if m.worst_value is not None else "-"
-    return (f"| {r.order} | `{r.tensor}` | {r.op} | {r.subject} | {r.dtype} | {r.shape} | "
+    return (f"| {r.order} | `{r.tensor}` | {_op_text(r)} | {r.subject} | {r.dtype} | {r.shape} | "
             f"{m.max_abs:.3g} | {m.max_rel:.3g} | {m.max_ulp:.3g} | {m.p99_ulp:.3g} | {worst} | "
             f"{tol} | {ok} |")
 
@@ -167,7 +172,7 @@ def _plots(report, folder: Path) -> list:
         axes.hist(np.log10(errors + 1e-3), bins=60)
         axes.set_xlabel("log10(error in ulp)")
         axes.set_ylabel("elements")
-        axes.set_title(f"{r.tensor} ({r.op}, {r.subject} vs {r.baseline})", fontsize=9)
+        axes.set_title(f"{r.tensor} ({_op_text(r)}, {r.subject} vs {r.baseline})", fontsize=9)
         figure.tight_layout()
         path = folder / f"error_{re.sub(r'[^A-Za-z0-9_.-]+', '_', r.tensor)}_{r.subject}.png"
         figure.savefig(path, dpi=80)

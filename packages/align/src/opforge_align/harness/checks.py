@@ -13,6 +13,8 @@ import numpy as np
 import opforge_spec as spec
 from opforge_spec.numerics import describe_worst
 
+from ..outputs import as_tuple
+
 # How far two implementations of *different* algorithms may lie apart: each is within the spec
 # tolerance of the float64 reference, so by the triangle inequality within twice of each other.
 NEIGHBOUR_SCALE = 2.0
@@ -35,6 +37,7 @@ class Check:
     detail: str = ""
     skipped: str = ""   # non-empty: not run, and why (never counted as passed)
     known: str = ""     # a listed deviation of a third-party runtime: failed, but not ours
+    output: str = ""    # an op of several outputs: the worst one (the first to name when failed)
 
     @property
     def status(self) -> str:
@@ -50,53 +53,77 @@ def _measure(actual, expected, dtype, rtol, atol):
     return spec.measure(actual, expected, dtype, rtol, atol)
 
 
-def _shape_failure(check: Check, actual, expected) -> Check:
-    check.passed, check.mismatched = False, -1
-    check.detail = f"shape: expected {list(np.shape(expected))}, got {list(np.shape(actual))}"
+def _judge(check: Check, op, actual, expected, inputs, *, rtol, atol, passes=None) -> Check:
+    """Each output of `actual` against `expected`'s (one for most ops; AddRMSNorm's Y and H): the
+    check fails when any output does, and holds the worst output's errors; for an op of several
+    outputs `check.output` and the detail name the one(s) that diverged. `passes(errs, a, e)`
+    is the rule (default: no element outside rtol/atol)."""
+    actuals, expecteds = as_tuple(op, actual), as_tuple(op, expected)
+    if len(actuals) != len(op.outputs):
+        check.passed, check.mismatched = False, -1
+        check.detail = (f"outputs: expected {len(op.outputs)} ({', '.join(op.outputs)}), got "
+                        f"{len(actuals)}")
+        return check
+    judged = [_judge_one(name, a, e, check.dtype, rtol, atol, passes)
+              for name, a, e in zip(op.outputs, actuals, expecteds)]
+    failing = [j for j in judged if not j["passed"]]
+    worst = max(judged, key=lambda j: (not j["passed"], j["errs"].max_ulp if j["errs"] else math.inf))
+    check.passed = not failing
+    check.output = worst["name"] if len(judged) > 1 else ""
+    if worst["errs"] is not None:
+        errs = worst["errs"]
+        check.max_abs, check.max_rel, check.max_ulp = errs.max_abs, errs.max_rel, errs.max_ulp
+        check.mismatched = errs.mismatched
+    else:
+        check.mismatched = -1
+    if failing:
+        texts = [_why(j, inputs) for j in failing]
+        check.detail = texts[0] if len(judged) == 1 else "; ".join(
+            f"output {j['name']}: {text}" for j, text in zip(failing, texts))
     return check
 
 
-def _from_errors(check: Check, errs, actual, expected, inputs) -> Check:
+def _judge_one(name, actual, expected, dtype, rtol, atol, passes) -> dict:
+    errs = _measure(actual, expected, dtype, rtol, atol)
+    ok = errs is not None and (passes(errs, actual, expected) if passes else not errs.mismatched)
+    return {"name": name, "actual": actual, "expected": expected, "errs": errs, "passed": ok}
+
+
+def _why(judged: dict, inputs) -> str:
+    a, e, errs = judged["actual"], judged["expected"], judged["errs"]
     if errs is None:
-        return _shape_failure(check, actual, expected)
-    check.max_abs, check.max_rel, check.max_ulp = errs.max_abs, errs.max_rel, errs.max_ulp
-    check.mismatched = errs.mismatched
-    if not check.passed:
-        check.detail = describe_worst(actual, expected, errs, inputs)
-    return check
+        return f"shape: expected {list(np.shape(e))}, got {list(np.shape(a))}"
+    return describe_worst(a, e, errs, inputs)
+
+
+def _check(op, dtype, rule: str, **where) -> Check:
+    return Check(op=op.name, dtype=spec.dtype_name(dtype), rule=rule, **where)
 
 
 def against_reference(op, actual, inputs, attrs, dtype, **where) -> Check:
-    """`actual` within the spec tolerance of the float64 reference."""
+    """`actual` (each output) within the spec tolerance of the float64 reference."""
     rtol, atol = op.tolerance(dtype)
-    expected = op.reference(*inputs, **attrs)
-    errs = _measure(actual, expected, dtype, rtol, atol)
-    check = Check(op=op.name, dtype=spec.dtype_name(dtype), against="reference",
-                  rule=f"rtol={rtol:g} atol={atol:g}", passed=bool(errs and not errs.mismatched),
-                  **where)
-    return _from_errors(check, errs, actual, expected, inputs)
+    check = _check(op, dtype, f"rtol={rtol:g} atol={atol:g}", against="reference", **where)
+    return _judge(check, op, actual, op.reference(*inputs, **attrs), inputs, rtol=rtol, atol=atol)
 
 
 def against_neighbour(op, actual, neighbour, inputs, dtype, *, against: str, **where) -> Check:
     """Two different algorithms: within NEIGHBOUR_SCALE x the spec tolerance of each other."""
     rtol, atol = (NEIGHBOUR_SCALE * t for t in op.tolerance(dtype))
-    errs = _measure(actual, neighbour, dtype, rtol, atol)
-    check = Check(op=op.name, dtype=spec.dtype_name(dtype), against=against,
-                  rule=f"rtol={rtol:g} atol={atol:g}", passed=bool(errs and not errs.mismatched),
-                  **where)
-    return _from_errors(check, errs, actual, neighbour, inputs)
+    check = _check(op, dtype, f"rtol={rtol:g} atol={atol:g}", against=against, **where)
+    return _judge(check, op, actual, neighbour, inputs, rtol=rtol, atol=atol)
 
 
 def same_bits(op, actual, other, inputs, dtype, *, against: str, max_ulp: float = 0, **where) -> Check:
     """The same kernel code on the same machine: at most `max_ulp` apart (0: bitwise equal, NaN
     where the other has NaN)."""
-    errs = _measure(actual, other, dtype, 0.0, 0.0)
-    passed = errs is not None and _special_pattern_equal(actual, other) and (
-        errs.mismatched == 0 if max_ulp == 0 else errs.max_ulp <= max_ulp)
-    check = Check(op=op.name, dtype=spec.dtype_name(dtype), against=against,
-                  rule="bitwise equal" if max_ulp == 0 else f"<= {max_ulp:g} ulp", passed=passed,
-                  **where)
-    return _from_errors(check, errs, actual, other, inputs)
+    def passes(errs, a, b):
+        return _special_pattern_equal(a, b) and (
+            errs.mismatched == 0 if max_ulp == 0 else errs.max_ulp <= max_ulp)
+
+    rule = "bitwise equal" if max_ulp == 0 else f"<= {max_ulp:g} ulp"
+    check = _check(op, dtype, rule, against=against, **where)
+    return _judge(check, op, actual, other, inputs, rtol=0.0, atol=0.0, passes=passes)
 
 
 def _special_pattern_equal(a, b) -> bool:
@@ -125,6 +152,8 @@ def inject_fault(kind: str | None, y: np.ndarray, dtype) -> np.ndarray:
     `sign`: sign flipped). Never used outside tests."""
     if not kind or kind == "none":
         return y
+    if isinstance(y, tuple):  # every output of an op of several
+        return tuple(inject_fault(kind, v, dtype) for v in y)
     y = np.array(y, copy=True)
     if kind == "sign":
         return -y
@@ -240,7 +269,8 @@ class Results:
             print(f"{len(self.known)} known deviation(s) of third-party runtimes (listed in the "
                   "report, not counted as failures)", file=stream)
         for c in self.failed:
-            print(f"FAIL layer {c.layer} {c.subject} vs {c.against} opforge.{c.op} {c.dtype} "
+            output = f" output {c.output}" if c.output else ""
+            print(f"FAIL layer {c.layer} {c.subject} vs {c.against} opforge.{c.op}{output} {c.dtype} "
                   f"case {c.case}: {c.mismatched} element(s) outside {c.rule} (max abs "
                   f"{c.max_abs:.3g}, max rel {c.max_rel:.3g}, max {c.max_ulp:.3g} ulp); {c.detail}",
                   file=stream)

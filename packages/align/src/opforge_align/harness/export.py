@@ -4,7 +4,8 @@ and write the spec's cases (inputs, float64 reference, opforge_torch output) nex
 Folder layout (paths in manifest.json are relative to the folder):
   manifest.json                     what was exported, and what was not (with the reason)
   models/<entry>.<form>.onnx        forms: custom-ts, custom-dynamo, decomposed-ts, decomposed-dynamo
-  data/<op>.<dtype>.<case>.npz      in0, in1, ... (inputs), reference (float64), torch (opforge_torch)
+  data/<op>.<dtype>.<case>.npz      in0, in1, ... (inputs), reference (float64), torch (opforge_torch);
+                                    an op of several outputs: reference@<output>, torch@<output> each
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import outputs
 from .checks import spec
 from .layer1 import TORCH_DTYPES, _attr_args, opforge_call, to_numpy, to_torch
 
@@ -51,8 +53,15 @@ class Weighted(OpModule):
         return self.fn(x, w, *self.attrs)
 
 
-# By the op's tensor inputs (the forward's parameter names are the dynamo exporter's input names).
-MODULES = {op.name: (Unary, Weighted)[len(op.inputs) - 1] for op in spec.OPS.values()}
+class ResidualWeighted(OpModule):
+    def forward(self, x, r, w):
+        return self.fn(x, r, w, *self.attrs)
+
+
+# By the op's tensor inputs (the forward's parameter names are the dynamo exporter's input names,
+# each input's role in lower case).
+BY_INPUTS = {("X",): Unary, ("X", "W"): Weighted, ("X", "R", "W"): ResidualWeighted}
+MODULES = {op.name: BY_INPUTS[tuple(op.inputs)] for op in spec.OPS.values()}
 
 
 def entry_id(op, dtype: str, attrs: dict, rank: int) -> str:
@@ -61,27 +70,35 @@ def entry_id(op, dtype: str, attrs: dict, rank: int) -> str:
 
 
 def sample_inputs(op, rank: int, dtype: str) -> tuple:
+    """One tensor per input role: X (and a residual R of its shape) random, W a per-column
+    weight around 1."""
     dims = SAMPLE_DIMS[:rank]
     if op.split > 1 and rank:  # the last axis holds every part
         dims = (*dims[:-1], op.split * dims[-1])
-    x = torch.randn(dims, dtype=TORCH_DTYPES[dtype])
-    if len(op.inputs) == 2:  # W: a per-column weight
-        return x, torch.rand(SAMPLE_DIMS[rank - 1], dtype=TORCH_DTYPES[dtype]) + 0.5
-    return (x,)
+    torch_dtype = TORCH_DTYPES[dtype]
+    made = {"X": lambda: torch.randn(dims, dtype=torch_dtype),
+            "R": lambda: torch.randn(dims, dtype=torch_dtype),
+            "W": lambda: torch.rand(SAMPLE_DIMS[rank - 1], dtype=torch_dtype) + 0.5}
+    return tuple(made[role]() for role in op.inputs)
+
+
+def input_rank(role: str, rank: int) -> int:
+    return 1 if role == "W" else rank  # R has X's shape
 
 
 def dynamic_dims(op, rank: int, dynamo: bool) -> dict:
     """Every dimension dynamic: one model serves every case of its rank."""
-    names = ["X", "W"][: len(op.inputs)] if not dynamo else ["x", "w"][: len(op.inputs)]
-    ranks = [rank, 1][: len(op.inputs)]
+    names = [role.lower() if dynamo else role for role in op.inputs]
+    ranks = [input_rank(role, rank) for role in op.inputs]
     if dynamo:
         dim = torch.export.Dim.DYNAMIC
         return {"dynamic_shapes": {n: {i: dim for i in range(r)} for n, r in zip(names, ranks)}}
     axes = {n: {i: f"{n}_{i}" for i in range(r)} for n, r in zip(names, ranks)}
-    axes["Y"] = {i: f"X_{i}" for i in range(rank)}
+    for output in op.outputs:  # Y and a second output H have X's dims
+        axes[output] = {i: f"X_{i}" for i in range(rank)}
     if op.split > 1 and rank:
-        axes["Y"][rank - 1] = "Y_part"  # a part of X's last axis, not equal to it
-    return {"dynamic_axes": axes, "input_names": names, "output_names": ["Y"]}
+        axes[op.outputs[0]][rank - 1] = "Y_part"  # a part of X's last axis, not equal to it
+    return {"dynamic_axes": axes, "input_names": names, "output_names": list(op.outputs)}
 
 
 def export_form(op, attrs, rank, dtype, *, form: str, path: Path, opset: int,
@@ -210,5 +227,7 @@ def _write_case(out: Path, op, dtype: str, attrs: dict, case) -> dict:
     torch_out = to_numpy(MODULES[op.name](op, attrs)(*inputs))
     path = out / "data" / f"{op.name}.{dtype}.{case.name}.npz"
     arrays = {f"in{i}": np.asarray(a) for i, a in enumerate(case.inputs)}
-    np.savez(path, reference=op.reference(*case.inputs, **case.attrs), torch=torch_out, **arrays)
+    # one array per output: "reference"/"torch", or "reference@Y", "reference@H", ... (outputs.keys)
+    np.savez(path, **outputs.pack(op, "reference", op.reference(*case.inputs, **case.attrs)),
+             **outputs.pack(op, "torch", torch_out), **arrays)
     return {"name": case.name, "data": str(path.relative_to(out))}

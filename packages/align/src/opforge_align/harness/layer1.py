@@ -35,8 +35,11 @@ def to_torch(a: np.ndarray, dtype: str, device: str, non_contiguous: bool = Fals
     return view
 
 
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """float32 for bfloat16 (exact), the tensor's own dtype otherwise."""
+def to_numpy(t):
+    """float32 for bfloat16 (exact), the tensor's own dtype otherwise; a tuple of them for the
+    outputs of an op of several (AddRMSNorm's Y, H)."""
+    if isinstance(t, (tuple, list)):
+        return tuple(to_numpy(v) for v in t)
     t = t.detach().cpu()
     return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import outputs as stored
 from . import known
 from .checks import (
     Results,
@@ -81,6 +82,7 @@ def check_folder(models: Path, out: Path, *, library: str | None, fault: str | N
                                     **job.where(f"ort.{form}")))
             else:
                 outputs = _run_ort(results, job, path, library=library, fault=fault)
+                # one array per case, or per case and output (outputs.keys: "random@H")
                 np.savez(out / "outputs" / f"{entry['id']}.{form}.npz", **outputs)
             if onnx_ok:
                 _run_refeval(results, job, path)
@@ -168,20 +170,28 @@ def _run_ort(results, job: Job, path: Path, *, library, fault) -> dict:
     for name, data in job.cases:
         inputs = _inputs(data)
         try:
-            y = sess.run(None, dict(zip(names, inputs)))[0]
+            y = op_outputs(job.op, sess.run(None, dict(zip(names, inputs))))
         except Exception as err:  # noqa: BLE001
             _fail_all(results, job, [(name, data)], subject, f"run failed: {err}")
             continue
-        y = outputs[name] = inject_fault(fault, y, job.dtype)
+        y = inject_fault(fault, y, job.dtype)
+        outputs.update(stored.pack(job.op, name, y))
         where = {"layer": "2", "subject": subject, "case": name}
+        torch_y = stored.unpack(job.op, data, "torch")
         results.add(against_reference(job.op, y, inputs, job.entry["attrs"], job.dtype, **where))
         if job.form.startswith("custom"):
-            results.add(same_bits(job.op, y, data["torch"], inputs, job.dtype,
+            results.add(same_bits(job.op, y, torch_y, inputs, job.dtype,
                                   against="opforge_torch", max_ulp=SAME_KERNEL_ULP, **where))
         else:
-            results.add(against_neighbour(job.op, y, data["torch"], inputs, job.dtype,
+            results.add(against_neighbour(job.op, y, torch_y, inputs, job.dtype,
                                           against="opforge_torch", **where))
     return outputs
+
+
+def op_outputs(op, returned: list):
+    """The op's outputs among a run's (the graph's outputs are the op's, in its order), as the
+    spec's forms return them: a bare array for an op of one output."""
+    return stored.from_tuple(op, returned[: len(op.outputs)])
 
 
 def _run_refeval(results, job: Job, path: Path) -> None:
@@ -196,7 +206,7 @@ def _run_refeval(results, job: Job, path: Path) -> None:
     for name, data in job.cases:
         inputs = _inputs(data)
         try:
-            y = ref.run(None, dict(zip(ref.input_names, inputs)))[0]
+            y = op_outputs(job.op, ref.run(None, dict(zip(ref.input_names, inputs))))
         except Exception as err:  # noqa: BLE001
             _fail_all(results, job, [(name, data)], subject, f"run failed: {err}")
             continue

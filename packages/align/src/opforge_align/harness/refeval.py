@@ -9,6 +9,8 @@ import opforge_spec as spec
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
+from ..outputs import as_tuple
+
 
 def _run(self, *arrays, **given):
     op = self.spec_op
@@ -16,8 +18,8 @@ def _run(self, *arrays, **given):
     attrs = {name: a.default if given.get(name) is None else given[name]
              for name, a in op.attributes.items()}
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        y = op.independent(*(a.astype(np.float64) for a in arrays), **attrs)
-    return (y.astype(arrays[0].dtype),)
+        ys = as_tuple(op, op.independent(*(a.astype(np.float64) for a in arrays), **attrs))
+    return tuple(y.astype(arrays[0].dtype) for y in ys)
 
 
 # One evaluator op per op of the spec.
