@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <cctype>
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
@@ -107,6 +108,14 @@ void check_weight(const OpDesc& op, const Tensor& x, const Tensor& w) {
   if (!error.empty()) throw std::runtime_error(error);
 }
 
+void check_residual(const OpDesc& op, const Tensor& x, const Tensor& r) {
+  check_same_dtype(op.name, "R", r, "X", x);
+  const std::vector<int64_t> x_shape = shape_of(x), r_shape = shape_of(r);
+  const std::string error =
+      opforge::kernels::r_shape_error(op, x_shape.data(), x.dim(), r_shape.data(), r.dim());
+  if (!error.empty()) throw std::runtime_error(error);
+}
+
 // The shared attribute rule (finite once rounded to the float32 the kernels use).
 void check_attr(const opforge::kernels::AttrSpec& attr, double value) {
   const std::string error = opforge::kernels::attr_error(attr, value);
@@ -137,14 +146,53 @@ bool same_layout(const Tensor& a, const Tensor& b) {
 // non-contiguous input is copied first, a non-contiguous `out` written through a temporary), so
 // only a contiguous pair shares memory while the kernel runs: refused unless `out` is the input
 // itself, as aten refuses partial overlap.
-void check_no_partial_overlap(const char* op, const Tensor& out, const char* name,
-                              const Tensor& input) {
+void check_no_partial_overlap(const char* op, const char* out_name, const Tensor& out,
+                              const char* name, const Tensor& input) {
   if (!out.is_contiguous() || !input.is_contiguous() || same_layout(out, input)) return;
-  const Span a = span_of(out), b = span_of(input);
-  if (a.first < b.last && b.first < a.last)
-    fail(op, "out", std::string("a tensor that shares no memory with ") + name + " or is " + name +
-                        " itself",
+  if (overlaps(out, input))
+    fail(op, out_name,
+         std::string("a tensor that shares no memory with ") + name + " or is " + name + " itself",
          std::string("one that partially overlaps ") + name);
+}
+
+// Two outputs are written by the same kernel: one that shares memory with the other (even
+// entirely) would have one's values written over the other's.
+void check_apart(const char* op, const std::string& name, const Tensor& out,
+                 const std::string& other_name, const Tensor& other) {
+  if (overlaps(out, other))
+    fail(op, name, "a tensor that shares no memory with " + other_name, "one that overlaps " + other_name);
+}
+
+// "Y, H" -> {"Y", "H"} (the descriptor's list of names).
+std::vector<std::string> names_of(const char* list) {
+  std::vector<std::string> names;
+  std::string name;
+  for (const char* c = list; ; ++c) {
+    if (*c == ',' || *c == '\0') {
+      names.push_back(name);
+      name.clear();
+      if (*c == '\0') break;
+    } else if (*c != ' ') {
+      name += *c;
+    }
+  }
+  return names;
+}
+
+// The schema's name of output i: `out` for a single output, else <output>_out (y_out, h_out).
+std::string out_name(const OpDesc& op, size_t i) {
+  if (op.nb_outputs == 1) return "out";
+  std::string name = names_of(op.outputs)[i];
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name + "_out";
+}
+
+// The op's inputs with their names, in the descriptor's order.
+std::vector<std::pair<const char*, const Tensor*>> named_inputs(const Inputs& in) {
+  std::vector<std::pair<const char*, const Tensor*>> named{{"X", in.x}};
+  if (in.r != nullptr) named.emplace_back("R", in.r);
+  if (in.w != nullptr) named.emplace_back("W", in.w);
+  return named;
 }
 
 }  // namespace
@@ -160,29 +208,61 @@ opforge::kernels::AttrValues kernel_attrs(const OpDesc& op, const Attrs& attrs) 
   return values;
 }
 
-void check_op(Backend backend, const OpDesc& op, const Tensor& x, const Tensor* w, const Attrs& attrs) {
-  if (w != nullptr) check_same_device(op.name, "W", *w, "X", x);
+Inputs inputs_of(const OpDesc& op, const Tensor* const* tensors) {
+  Inputs in{tensors[0]};
+  if (opforge::kernels::has_residual(op)) in.r = tensors[1];
+  if (opforge::kernels::has_weight(op)) in.w = tensors[op.nb_inputs - 1];
+  return in;
+}
+
+ContiguousInputs::ContiguousInputs(const Inputs& in)
+    : x_(torch::stable::contiguous(*in.x)),
+      r_(in.r ? torch::stable::contiguous(*in.r) : x_),
+      w_(in.w ? torch::stable::contiguous(*in.w) : x_),
+      has_r_(in.r != nullptr),
+      has_w_(in.w != nullptr) {}
+
+Inputs ContiguousInputs::view() const { return {&x_, has_r_ ? &r_ : nullptr, has_w_ ? &w_ : nullptr}; }
+
+void check_op(Backend backend, const OpDesc& op, const Inputs& in, const Attrs& attrs) {
+  const Tensor& x = *in.x;
+  for (const auto& [name, t] : named_inputs(in))
+    if (t != in.x) check_same_device(op.name, name, *t, "X", x);
   check_backend_device(backend, op.name, x);
   check_dtype(backend, op.name, "X", x);
   check_x_shape(op, x);
-  if (w != nullptr) check_weight(op, x, *w);
+  if (in.r != nullptr) check_residual(op, x, *in.r);
+  if (in.w != nullptr) check_weight(op, x, *in.w);
   for (int32_t i = 0; i < op.nb_attrs; ++i) check_attr(*op.attrs[i], attrs[i]);
 }
 
-void check_op_backward(Backend backend, const OpDesc& op, const Tensor& dy, const Tensor& x,
-                       const Tensor* w, const Attrs& attrs) {
-  check_same_device(op.name, "dY", dy, "X", x);
-  check_op(backend, op, x, w, attrs);
-  check_same_dtype(op.name, "dY", dy, "X", x);
-  check_shape(op.name, "dY", dy, output_shape(op, x), op.split > 1 ? "Y" : "X");
+void check_op_backward(Backend backend, const OpDesc& op, const std::vector<Tensor>& grads,
+                       const Inputs& in, const Attrs& attrs) {
+  const std::vector<std::string> outputs = names_of(op.outputs);
+  for (size_t i = 0; i < grads.size(); ++i) check_same_device(op.name, ("d" + outputs[i]).c_str(), grads[i], "X", *in.x);
+  check_op(backend, op, in, attrs);
+  const std::vector<std::vector<int64_t>> shapes = output_shapes(op, *in.x);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const std::string name = "d" + outputs[i];
+    check_same_dtype(op.name, name.c_str(), grads[i], "X", *in.x);
+    // Y keeps X's shape unless the op splits X's last axis; H always has X's shape.
+    const bool own_shape = i == 0 && op.split > 1;
+    check_shape(op.name, name.c_str(), grads[i], shapes[i], own_shape ? outputs[i].c_str() : "X");
+  }
 }
 
-void check_out(const OpDesc& op, const Tensor& out, const Tensor& x, const Tensor* w) {
-  check_same_device(op.name, "out", out, "X", x);
-  check_same_dtype(op.name, "out", out, "X", x);
-  check_shape(op.name, "out", out, output_shape(op, x), "Y");
-  check_no_partial_overlap(op.name, out, "X", x);
-  if (w != nullptr) check_no_partial_overlap(op.name, out, "W", *w);
+void check_outs(const OpDesc& op, const std::vector<Tensor>& outs, const Inputs& in) {
+  const std::vector<std::string> outputs = names_of(op.outputs);
+  const std::vector<std::vector<int64_t>> shapes = output_shapes(op, *in.x);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const std::string name = out_name(op, i);
+    check_same_device(op.name, name.c_str(), outs[i], "X", *in.x);
+    check_same_dtype(op.name, name.c_str(), outs[i], "X", *in.x);
+    check_shape(op.name, name.c_str(), outs[i], shapes[i], outputs[i].c_str());
+    for (const auto& [input_name, t] : named_inputs(in))
+      check_no_partial_overlap(op.name, name.c_str(), outs[i], input_name, *t);
+    for (size_t j = 0; j < i; ++j) check_apart(op.name, name, outs[i], out_name(op, j), outs[j]);
+  }
 }
 
 std::vector<int64_t> shape_of(const Tensor& t) {
@@ -191,10 +271,23 @@ std::vector<int64_t> shape_of(const Tensor& t) {
   return shape;
 }
 
-std::vector<int64_t> output_shape(const OpDesc& op, const Tensor& x) {
-  std::vector<int64_t> shape = shape_of(x);
-  opforge::kernels::output_shape(op, shape.data(), x.dim(), shape.data());
-  return shape;
+std::vector<std::vector<int64_t>> output_shapes(const OpDesc& op, const Tensor& x) {
+  std::vector<int64_t> y = shape_of(x);
+  opforge::kernels::output_shape(op, y.data(), x.dim(), y.data());
+  std::vector<std::vector<int64_t>> shapes{y};
+  for (int32_t i = 1; i < op.nb_outputs; ++i) shapes.push_back(shape_of(x));
+  return shapes;
+}
+
+std::vector<Tensor> new_outputs(const OpDesc& op, const Tensor& x) {
+  std::vector<Tensor> outs;
+  for (const std::vector<int64_t>& shape : output_shapes(op, x)) outs.push_back(torch::stable::new_empty(x, shape));
+  return outs;
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const Span sa = span_of(a), sb = span_of(b);
+  return sa.first < sb.last && sb.first < sa.last;
 }
 
 opforge::kernels::RowView row_view(const OpDesc& op, const Tensor& x) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,92 +38,118 @@ opforge::kernels::AttrValues kernel_attrs(const OpDesc& op, const Attrs& attrs);
 [[noreturn]] void fail(const char* op, const std::string& what, const std::string& expected,
                        const std::string& got);
 
-// An op's argument checks, from its descriptor: devices, dtypes, X's shape rule, W (when given),
-// the attributes. The backward adds dY (Y's shape).
-void check_op(Backend backend, const OpDesc& op, const Tensor& x, const Tensor* w, const Attrs& attrs);
-void check_op_backward(Backend backend, const OpDesc& op, const Tensor& dy, const Tensor& x,
-                       const Tensor* w, const Attrs& attrs);
-// `out` of an .out overload: X's device and dtype, the output's shape, and no memory shared with
-// X or W unless `out` is that input itself (each element is read before it is written over).
-void check_out(const OpDesc& op, const Tensor& out, const Tensor& x, const Tensor* w);
+// An op's tensor inputs as its descriptor orders them (shapes.h): X, then a residual R of X's
+// shape, then a per-column weight W; those the op does not have are nullptr.
+struct Inputs {
+  const Tensor* x = nullptr;
+  const Tensor* r = nullptr;
+  const Tensor* w = nullptr;
+};
+Inputs inputs_of(const OpDesc& op, const Tensor* const* tensors);
+
+// The inputs made contiguous (a contiguous one is used as is, so an `out` that is an input stays
+// that input); kept alive as long as this object.
+class ContiguousInputs {
+ public:
+  explicit ContiguousInputs(const Inputs& in);
+  Inputs view() const;
+
+ private:
+  Tensor x_, r_, w_;
+  bool has_r_, has_w_;
+};
+
+// An op's argument checks, from its descriptor: devices, dtypes, X's shape rule, R and W (when
+// the op has them), the attributes. The backward adds one gradient per output (dY, dH: each
+// output's shape).
+void check_op(Backend backend, const OpDesc& op, const Inputs& in, const Attrs& attrs);
+void check_op_backward(Backend backend, const OpDesc& op, const std::vector<Tensor>& grads,
+                       const Inputs& in, const Attrs& attrs);
+// The outputs of an .out overload (out, or y_out and h_out): X's device and dtype, each output's
+// shape, no memory shared with an input unless the output is that input itself (each element is
+// read before it is written over), and none shared between two outputs.
+void check_outs(const OpDesc& op, const std::vector<Tensor>& outs, const Inputs& in);
 
 std::vector<int64_t> shape_of(const Tensor& t);
-std::vector<int64_t> output_shape(const OpDesc& op, const Tensor& x);
+// Each output's shape: Y's by the op's shape rule, a second output H has X's.
+std::vector<std::vector<int64_t>> output_shapes(const OpDesc& op, const Tensor& x);
 opforge::kernels::RowView row_view(const OpDesc& op, const Tensor& x);
+// Whether two tensors' elements share any byte.
+bool overlaps(const Tensor& a, const Tensor& b);
 
-// Runs `compute(y)` on a contiguous y so that `out` holds the result: y is `out` itself when it
-// is contiguous, else a temporary copied into it.
-template <class Compute>
-void write_into(Tensor out, const Tensor& like, const std::vector<int64_t>& shape,
-                Compute&& compute) {
-  if (out.is_contiguous()) {
-    compute(out);
-    return;
-  }
-  Tensor y = torch::stable::new_empty(like, shape);
-  compute(y);
-  torch::stable::copy_(out, y);
+std::vector<Tensor> new_outputs(const OpDesc& op, const Tensor& x);
+
+// Runs `compute(ys)` on contiguous ys so that `outs` hold the results: ys[i] is outs[i] itself
+// when `direct(i)`, else a temporary of shapes[i] copied into outs[i] afterwards.
+template <class Direct, class Compute>
+void write_into(const std::vector<Tensor>& outs, const Tensor& like,
+                const std::vector<std::vector<int64_t>>& shapes, Direct&& direct, Compute&& compute) {
+  std::vector<Tensor> ys;
+  for (size_t i = 0; i < outs.size(); ++i)
+    ys.push_back(direct(i) ? outs[i] : torch::stable::new_empty(like, shapes[i]));
+  compute(ys);
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (!direct(i)) {
+      Tensor target = outs[i];
+      torch::stable::copy_(target, ys[i]);
+    }
 }
 
 // ---- registration: one line per op and backend ----------------------------------------------
-// `Impl` is a backend's glue (static templates forward<Op>, forward_out<Op>, backward<Op> taking
-// W as a pointer, nullptr for single-input ops, and the attributes as Attrs); `Op` an op's kernel
-// binding (kernels/ cpu_ops.h, cuda_ops.cuh). These adapt them to the schemas' signatures
-// (schema_generated.h: one float per attribute): an .out overload writes `out` and returns nothing.
+// `Impl` is a backend's glue (static templates forward<Op>(Inputs, Attrs) -> outputs,
+// forward_out<Op>(Inputs, Attrs, outputs) and, for single-input ops, backward<Op>(dY, X, Attrs));
+// `Op` an op's kernel binding (kernels/ cpu_ops.h, cuda_ops.cuh). Entry adapts them to the
+// schemas' signatures (schema_generated.h), by the descriptor: its tensor inputs, one float per
+// attribute, one Tensor (or a tuple of them) per output; an .out overload takes one `out` per
+// output after the attributes, writes them and returns nothing.
+// Each<I, T> is T, one per element of a pack of indices (through a struct: nvcc's front end drops
+// the pack from an alias that does not use its index).
 template <size_t, class T>
-using Each = T;
+struct EachOf {
+  using type = T;
+};
+template <size_t I, class T>
+using Each = typename EachOf<I, T>::type;
 
-template <class Impl, class Op, class Indices = std::make_index_sequence<Op::desc.nb_attrs>>
+template <class Impl, class Op, class In = std::make_index_sequence<Op::desc.nb_inputs>,
+          class At = std::make_index_sequence<Op::desc.nb_attrs>,
+          class Out = std::make_index_sequence<Op::desc.nb_outputs>>
 struct Entry;
 
-template <class Impl, class Op, size_t... I>
-struct Entry<Impl, Op, std::index_sequence<I...>> {
-  static Tensor unary(const Tensor& x, Each<I, double>... attrs) {
-    return Impl::template forward<Op>(x, nullptr, Attrs{attrs...});
+template <class Impl, class Op, size_t... In, size_t... At, size_t... Out>
+struct Entry<Impl, Op, std::index_sequence<In...>, std::index_sequence<At...>, std::index_sequence<Out...>> {
+  using Result = std::conditional_t<sizeof...(Out) == 1, Tensor, std::tuple<Each<Out, Tensor>...>>;
+
+  static Result forward(Each<In, const Tensor&>... inputs, Each<At, double>... attrs) {
+    const Tensor* tensors[] = {&inputs...};
+    std::vector<Tensor> outs = Impl::template forward<Op>(inputs_of(Op::desc, tensors), Attrs{attrs...});
+    if constexpr (sizeof...(Out) == 1) {
+      return outs[0];
+    } else {
+      return Result{outs[Out]...};
+    }
   }
-  static void unary_out(const Tensor& x, Each<I, double>... attrs, Tensor out) {
-    Impl::template forward_out<Op>(x, nullptr, Attrs{attrs...}, out);
+  static void forward_out(Each<In, const Tensor&>... inputs, Each<At, double>... attrs,
+                          Each<Out, Tensor>... outs) {
+    const Tensor* tensors[] = {&inputs...};
+    Impl::template forward_out<Op>(inputs_of(Op::desc, tensors), Attrs{attrs...}, std::vector<Tensor>{outs...});
   }
-  static Tensor weighted(const Tensor& x, const Tensor& w, Each<I, double>... attrs) {
-    return Impl::template forward<Op>(x, &w, Attrs{attrs...});
-  }
-  static void weighted_out(const Tensor& x, const Tensor& w, Each<I, double>... attrs, Tensor out) {
-    Impl::template forward_out<Op>(x, &w, Attrs{attrs...}, out);
-  }
-  static Tensor unary_backward(const Tensor& dy, const Tensor& x, Each<I, double>... attrs) {
+  static Tensor backward(const Tensor& dy, const Tensor& x, Each<At, double>... attrs) {
     return Impl::template backward<Op>(dy, x, Attrs{attrs...});
   }
 };
 
 using Library = torch::stable::detail::StableLibrary;
 
-// <op>, <op>.out and <op>_backward of a single-input op.
-template <class Impl, class Op>
-void register_unary(Library& m) {
-  using E = Entry<Impl, Op>;
-  const std::string name = Op::desc.torch_name;
-  m.impl(name.c_str(), TORCH_BOX((&E::unary)));
-  m.impl((name + ".out").c_str(), TORCH_BOX((&E::unary_out)));
-  m.impl((name + "_backward").c_str(), TORCH_BOX((&E::unary_backward)));
-}
-
-// <op> and <op>.out of an op with a weight W; its backward (dW) is the backend's own.
-template <class Impl, class Op>
-void register_weighted(Library& m) {
-  using E = Entry<Impl, Op>;
-  const std::string name = Op::desc.torch_name;
-  m.impl(name.c_str(), TORCH_BOX((&E::weighted)));
-  m.impl((name + ".out").c_str(), TORCH_BOX((&E::weighted_out)));
-}
-
-// An op's registrations by its descriptor's inputs: X alone, or X and a weight W.
+// <op> and <op>.out of every op; <op>_backward of a single-input op (an op with a weight reduces
+// dW over rows: its backward is the backend's own).
 template <class Impl, class Op>
 void register_op(Library& m) {
-  if constexpr (Op::desc.nb_inputs == 1) {
-    register_unary<Impl, Op>(m);
-  } else {
-    register_weighted<Impl, Op>(m);
-  }
+  using E = Entry<Impl, Op>;
+  const std::string name = Op::desc.torch_name;
+  m.impl(name.c_str(), TORCH_BOX((&E::forward)));
+  m.impl((name + ".out").c_str(), TORCH_BOX((&E::forward_out)));
+  if constexpr (Op::desc.nb_inputs == 1) m.impl((name + "_backward").c_str(), TORCH_BOX((&E::backward)));
 }
 
 }  // namespace opforge_torch

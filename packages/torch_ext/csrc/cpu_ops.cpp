@@ -2,6 +2,7 @@
 #include <opforge/kernels/cpu_ops.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "common.h"
 
@@ -35,16 +36,19 @@ int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kGrainElements / s
 
 // ---- every op: forward, .out and (single-input ops) backward, from the op's kernel binding ----
 
-// y: contiguous, Y's shape. reused_y: y is the caller's buffer (an `out=`), not one just
-// allocated, so a large one is written with non-temporal stores (kernels/ cpu.h).
+// in: contiguous; ys: contiguous, the outputs' shapes. reused_y: ys[0] is the caller's buffer (an
+// `out=`), not one just allocated, so a large one is written with non-temporal stores (kernels/
+// cpu.h).
 template <class Op>
-void forward_into(const Tensor& x, const Tensor* w, const Attrs& attrs, Tensor& y, bool reused_y = false) {
-  const k::RowView v = row_view(Op::desc, x);
-  dispatch(x.scalar_type(), [&](auto tag) {
+void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys, bool reused_y = false) {
+  const k::RowView v = row_view(Op::desc, *src.x);
+  dispatch(src.x->scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    const bool stream = reused_y && k::cpu::streaming_pays_off(y.numel() * int64_t(sizeof(T)));
-    const k::cpu::Forward<T> args{in<T>(x), w ? in<T>(*w) : nullptr, out<T>(y), v.cols,
-                                  kernel_attrs(Op::desc, attrs), stream};
+    const bool stream = reused_y && k::cpu::streaming_pays_off(ys[0].numel() * int64_t(sizeof(T)));
+    k::cpu::Forward<T> args{in<T>(*src.x), src.w ? in<T>(*src.w) : nullptr, out<T>(ys[0]), v.cols,
+                            kernel_attrs(Op::desc, attrs), stream};
+    if (src.r != nullptr) args.r = in<T>(*src.r);
+    if (ys.size() > 1) args.h = out<T>(ys[1]);
     torch::stable::parallel_for(0, v.rows, row_grain(v.cols), [&](int64_t b, int64_t e) {
       Op::forward(args, b, e);
     });
@@ -53,29 +57,31 @@ void forward_into(const Tensor& x, const Tensor* w, const Attrs& attrs, Tensor& 
 
 struct Cpu {
   template <class Op>
-  static Tensor forward(const Tensor& x_in, const Tensor* w_in, const Attrs& attrs) {
-    check_op(Backend::CPU, Op::desc, x_in, w_in, attrs);
-    const Tensor x = torch::stable::contiguous(x_in);
-    const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
-    Tensor y = torch::stable::new_empty(x, output_shape(Op::desc, x));
-    forward_into<Op>(x, w_in ? &w : nullptr, attrs, y);
-    return y;
+  static std::vector<Tensor> forward(const Inputs& given, const Attrs& attrs) {
+    check_op(Backend::CPU, Op::desc, given, attrs);
+    const ContiguousInputs inputs(given);
+    std::vector<Tensor> ys = new_outputs(Op::desc, *inputs.view().x);
+    forward_into<Op>(inputs.view(), attrs, ys);
+    return ys;
   }
 
+  // Each row's inputs are read before its outputs are written (cpu.h), so an output may be the
+  // input it replaces (h_out the residual, y_out X itself).
   template <class Op>
-  static void forward_out(const Tensor& x_in, const Tensor* w_in, const Attrs& attrs, Tensor out) {
-    check_op(Backend::CPU, Op::desc, x_in, w_in, attrs);
-    check_out(Op::desc, out, x_in, w_in);
-    const Tensor x = torch::stable::contiguous(x_in);
-    const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
-    write_into(out, x, output_shape(Op::desc, x), [&](Tensor& y) {
-      forward_into<Op>(x, w_in ? &w : nullptr, attrs, y, /*reused_y=*/y.const_data_ptr() == out.const_data_ptr());
-    });
+  static void forward_out(const Inputs& given, const Attrs& attrs, const std::vector<Tensor>& outs) {
+    check_op(Backend::CPU, Op::desc, given, attrs);
+    check_outs(Op::desc, outs, given);
+    const ContiguousInputs inputs(given);
+    const Tensor& x = *inputs.view().x;
+    write_into(outs, x, output_shapes(Op::desc, x), [&](size_t i) { return outs[i].is_contiguous(); },
+               [&](std::vector<Tensor>& ys) {
+                 forward_into<Op>(inputs.view(), attrs, ys, /*reused_y=*/ys[0].const_data_ptr() == outs[0].const_data_ptr());
+               });
   }
 
   template <class Op>
   static Tensor backward(const Tensor& dy_in, const Tensor& x_in, const Attrs& attrs) {
-    check_op_backward(Backend::CPU, Op::desc, dy_in, x_in, nullptr, attrs);
+    check_op_backward(Backend::CPU, Op::desc, {dy_in}, Inputs{&x_in}, attrs);
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor dy = torch::stable::contiguous(dy_in);
     Tensor dx = torch::stable::new_empty(x, x.sizes());
@@ -91,38 +97,71 @@ struct Cpu {
   }
 };
 
-// dX per row; dW as per-block partial sums (float, double for double) reduced by torch::stable::sum.
-std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
-                                             const Tensor& w_in, double epsilon) {
-  check_op_backward(Backend::CPU, k::kRMSNormOp, dy_in, x_in, &w_in, Attrs{epsilon});
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor w = torch::stable::contiguous(w_in);
-  const Tensor dy = torch::stable::contiguous(dy_in);
-  Tensor dx = torch::stable::new_empty(x, x.sizes());
-  const k::RowView s = row_view(k::kRMSNormOp, x);
-  const bool is_double = x.scalar_type() == ScalarType::Double;
-  const ScalarType acc_type = is_double ? ScalarType::Double : ScalarType::Float;
+// ---- the ops with a weight: dW is a sum over rows -----------------------------------------------
+
+// dW of a row op: rows_into(T{}, partial, r0, r1) computes the gradients of rows [r0, r1) and adds
+// their dW into `partial` (a row of float, double for double). The row blocks are fixed per shape
+// and reduced by torch::stable::sum, so dW does not depend on the thread count.
+template <class Rows>
+Tensor weight_grad(const Tensor& x, const Tensor& w, const k::RowView& s, Rows&& rows_into) {
+  const ScalarType acc_type = x.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
   const int64_t blocks = std::clamp<int64_t>(s.rows * s.cols / kGrainElements, 1, kMaxRowBlocks);
   const int64_t rows_per_block = s.rows == 0 ? 0 : (s.rows + blocks - 1) / blocks;
   Tensor partial = torch::stable::new_zeros(x, {blocks, s.cols}, acc_type);
   dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    const T *dyp = in<T>(dy), *xp = in<T>(x), *wp = in<T>(w);
-    T* dxp = out<T>(dx);
     Acc* acc = out<Acc>(partial);
     torch::stable::parallel_for(0, blocks, 1, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk) {
         const int64_t r0 = std::min(s.rows, blk * rows_per_block);
         const int64_t r1 = std::min(s.rows, r0 + rows_per_block);
-        k::cpu::rms_norm_backward<T, Acc>(dyp, xp, wp, dxp, acc + blk * s.cols, r0, r1, s.cols,
-                                     static_cast<float>(epsilon));
+        rows_into(tag, acc + blk * s.cols, r0, r1);
       }
     });
   });
   const int64_t reduce_dims[] = {0};
   Tensor dw = torch::stable::sum(partial, torch::headeronly::IntHeaderOnlyArrayRef(reduce_dims, 1));
-  return {dx, torch::stable::to(dw, w.scalar_type())};
+  return torch::stable::to(dw, w.scalar_type());
+}
+
+std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
+                                             const Tensor& w_in, double epsilon) {
+  const OpDesc& op = k::kRMSNormOp;
+  check_op_backward(Backend::CPU, op, {dy_in}, Inputs{&x_in, nullptr, &w_in}, Attrs{epsilon});
+  const Tensor x = torch::stable::contiguous(x_in);
+  const Tensor w = torch::stable::contiguous(w_in);
+  const Tensor dy = torch::stable::contiguous(dy_in);
+  Tensor dx = torch::stable::new_empty(x, x.sizes());
+  const k::RowView s = row_view(op, x);
+  Tensor dw = weight_grad(x, w, s, [&](auto tag, auto* acc, int64_t r0, int64_t r1) {
+    using T = decltype(tag);
+    k::cpu::rms_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), acc, r0, r1, s.cols,
+                                 static_cast<float>(epsilon));
+  });
+  return {dx, dw};
+}
+
+// dX and dR hold the same values but are two tensors: autograd may hand either to an in-place
+// consumer. The kernel keeps H in dR's row until it has read it.
+std::tuple<Tensor, Tensor, Tensor> add_rms_norm_backward(const Tensor& dy_in, const Tensor& dh_in,
+                                                         const Tensor& x_in, const Tensor& r_in,
+                                                         const Tensor& w_in, double epsilon) {
+  const OpDesc& op = k::kAddRMSNormOp;
+  check_op_backward(Backend::CPU, op, {dy_in, dh_in}, Inputs{&x_in, &r_in, &w_in}, Attrs{epsilon});
+  const ContiguousInputs inputs(Inputs{&x_in, &r_in, &w_in});
+  const Tensor &x = *inputs.view().x, &r = *inputs.view().r, &w = *inputs.view().w;
+  const Tensor dy = torch::stable::contiguous(dy_in);
+  const Tensor dh = torch::stable::contiguous(dh_in);
+  Tensor dx = torch::stable::new_empty(x, x.sizes());
+  Tensor dr = torch::stable::new_empty(x, x.sizes());
+  const k::RowView s = row_view(op, x);
+  Tensor dw = weight_grad(x, w, s, [&](auto tag, auto* acc, int64_t r0, int64_t r1) {
+    using T = decltype(tag);
+    k::cpu::add_rms_norm_backward<T>(in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), in<T>(w), out<T>(dx),
+                                     out<T>(dr), acc, r0, r1, s.cols, static_cast<float>(epsilon));
+  });
+  return {dx, dr, dw};
 }
 
 }  // namespace
@@ -134,4 +173,5 @@ STABLE_TORCH_LIBRARY_IMPL(opforge, CPU, m) {
   OPFORGE_FOR_EACH_OP(OPFORGE_REGISTER_CPU)
 #undef OPFORGE_REGISTER_CPU
   m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
+  m.impl("add_rms_norm_backward", TORCH_BOX(&opforge_torch::add_rms_norm_backward));
 }

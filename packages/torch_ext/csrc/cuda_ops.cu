@@ -10,6 +10,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "common.h"
 
@@ -55,45 +56,59 @@ void check_launch(const char* op, cudaError_t err) {
 
 // ---- every op: forward, .out and (single-input ops) backward, from the op's kernel binding ----
 
-// y: contiguous, Y's shape; the caller holds the device guard.
+// src: contiguous; ys: contiguous, the outputs' shapes; the caller holds the device guard.
 template <class Op>
-void forward_into(const Tensor& x, const Tensor* w, const Attrs& attrs, Tensor& y) {
+void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys) {
+  const Tensor& x = *src.x;
   const k::RowView v = row_view(Op::desc, x);
   // An empty launch grid is a CUDA error, and there is nothing to compute.
   if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    const k::cuda::Forward<T> args{in<T>(x), w ? in<T>(*w) : nullptr, out<T>(y), v.rows, v.cols,
-                                   kernel_attrs(Op::desc, attrs)};
+    k::cuda::Forward<T> args{in<T>(x), src.w ? in<T>(*src.w) : nullptr, out<T>(ys[0]), v.rows, v.cols,
+                             kernel_attrs(Op::desc, attrs)};
+    if (src.r != nullptr) args.r = in<T>(*src.r);
+    if (ys.size() > 1) args.h = out<T>(ys[1]);
     check_launch(Op::desc.name, Op::forward(args, launch_stream(Op::desc.name, x)));
   });
 }
 
+// Whether `out` may be written by the kernel directly. A second output goes through a temporary
+// when it shares memory with an input: on rows too long to stay in registers, the row kernel
+// (kernels/ cuda.cuh) reads X and R again after writing H, so H written over R would be read as R.
+bool writes_directly(const std::vector<Tensor>& outs, size_t i, const Inputs& in) {
+  if (!outs[i].is_contiguous()) return false;
+  if (i == 0) return true;
+  for (const Tensor* t : {in.x, in.r, in.w})
+    if (t != nullptr && overlaps(outs[i], *t)) return false;
+  return true;
+}
+
 struct Cuda {
   template <class Op>
-  static Tensor forward(const Tensor& x_in, const Tensor* w_in, const Attrs& attrs) {
-    check_op(Backend::CUDA, Op::desc, x_in, w_in, attrs);
-    torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-    const Tensor x = torch::stable::contiguous(x_in);
-    const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
-    Tensor y = torch::stable::new_empty(x, output_shape(Op::desc, x));
-    forward_into<Op>(x, w_in ? &w : nullptr, attrs, y);
-    return y;
+  static std::vector<Tensor> forward(const Inputs& given, const Attrs& attrs) {
+    check_op(Backend::CUDA, Op::desc, given, attrs);
+    torch::stable::accelerator::DeviceGuard guard(given.x->get_device_index());
+    const ContiguousInputs inputs(given);
+    std::vector<Tensor> ys = new_outputs(Op::desc, *inputs.view().x);
+    forward_into<Op>(inputs.view(), attrs, ys);
+    return ys;
   }
 
   template <class Op>
-  static void forward_out(const Tensor& x_in, const Tensor* w_in, const Attrs& attrs, Tensor out) {
-    check_op(Backend::CUDA, Op::desc, x_in, w_in, attrs);
-    check_out(Op::desc, out, x_in, w_in);
-    torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-    const Tensor x = torch::stable::contiguous(x_in);
-    const Tensor w = w_in ? torch::stable::contiguous(*w_in) : x;
-    write_into(out, x, output_shape(Op::desc, x),
-               [&](Tensor& y) { forward_into<Op>(x, w_in ? &w : nullptr, attrs, y); });
+  static void forward_out(const Inputs& given, const Attrs& attrs, const std::vector<Tensor>& outs) {
+    check_op(Backend::CUDA, Op::desc, given, attrs);
+    check_outs(Op::desc, outs, given);
+    torch::stable::accelerator::DeviceGuard guard(given.x->get_device_index());
+    const ContiguousInputs inputs(given);
+    const Tensor& x = *inputs.view().x;
+    write_into(outs, x, output_shapes(Op::desc, x),
+               [&](size_t i) { return writes_directly(outs, i, inputs.view()); },
+               [&](std::vector<Tensor>& ys) { forward_into<Op>(inputs.view(), attrs, ys); });
   }
 
   template <class Op>
   static Tensor backward(const Tensor& dy_in, const Tensor& x_in, const Attrs& attrs) {
-    check_op_backward(Backend::CUDA, Op::desc, dy_in, x_in, nullptr, attrs);
+    check_op_backward(Backend::CUDA, Op::desc, {dy_in}, Inputs{&x_in}, attrs);
     torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
     const Tensor x = torch::stable::contiguous(x_in);
     const Tensor dy = torch::stable::contiguous(dy_in);
@@ -109,29 +124,64 @@ struct Cuda {
   }
 };
 
-// dW is summed in float32 from per-row-group partial rows (the workspace) in a fixed order, so
-// its bits are the same on every run; then cast to W's dtype. The kernel writes all of dW.
+// ---- the ops with a weight: dW is a sum over rows -----------------------------------------------
+
+// The float32 workspace of a row op's backward: one partial dW row per row group, summed in a
+// fixed order, so dW's bits are the same on every run.
+Tensor dw_workspace(const Tensor& x, const k::RowView& s) {
+  const auto partial_floats =
+      static_cast<int64_t>(k::cuda::rms_norm_backward_workspace_size(s.rows, s.cols) / sizeof(float));
+  return torch::stable::new_empty(x, {partial_floats}, ScalarType::Float);
+}
+
+// dW in float32 (the kernel writes all of it), then cast to W's dtype.
 std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
                                              const Tensor& w_in, double epsilon) {
-  check_op_backward(Backend::CUDA, k::kRMSNormOp, dy_in, x_in, &w_in, Attrs{epsilon});
+  const OpDesc& op = k::kRMSNormOp;
+  check_op_backward(Backend::CUDA, op, {dy_in}, Inputs{&x_in, nullptr, &w_in}, Attrs{epsilon});
   torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
   const Tensor x = torch::stable::contiguous(x_in);
   const Tensor w = torch::stable::contiguous(w_in);
   const Tensor dy = torch::stable::contiguous(dy_in);
   Tensor dx = torch::stable::new_empty(x, x.sizes());
-  const k::RowView s = row_view(k::kRMSNormOp, x);
+  const k::RowView s = row_view(op, x);
   Tensor dw = torch::stable::new_empty(x, {s.cols}, ScalarType::Float);
-  const auto partial_floats =
-      static_cast<int64_t>(k::cuda::rms_norm_backward_workspace_size(s.rows, s.cols) / sizeof(float));
-  Tensor workspace = torch::stable::new_empty(x, {partial_floats}, ScalarType::Float);
+  Tensor workspace = dw_workspace(x, s);
   if (s.cols > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    check_launch(k::kRMSNormOp.name,
+    check_launch(op.name,
                  k::cuda::rms_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), out<float>(dw),
-                                         workspace.mutable_data_ptr(), s.rows, s.cols,
-                                         static_cast<float>(epsilon), launch_stream(k::kRMSNormOp.name, x)));
+                                               workspace.mutable_data_ptr(), s.rows, s.cols,
+                                               static_cast<float>(epsilon), launch_stream(op.name, x)));
   });
   return {dx, torch::stable::to(dw, w.scalar_type())};
+}
+
+// dX and dR hold the same values but are two tensors: autograd may hand either to an in-place
+// consumer.
+std::tuple<Tensor, Tensor, Tensor> add_rms_norm_backward(const Tensor& dy_in, const Tensor& dh_in,
+                                                         const Tensor& x_in, const Tensor& r_in,
+                                                         const Tensor& w_in, double epsilon) {
+  const OpDesc& op = k::kAddRMSNormOp;
+  check_op_backward(Backend::CUDA, op, {dy_in, dh_in}, Inputs{&x_in, &r_in, &w_in}, Attrs{epsilon});
+  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+  const ContiguousInputs inputs(Inputs{&x_in, &r_in, &w_in});
+  const Tensor &x = *inputs.view().x, &r = *inputs.view().r, &w = *inputs.view().w;
+  const Tensor dy = torch::stable::contiguous(dy_in);
+  const Tensor dh = torch::stable::contiguous(dh_in);
+  Tensor dx = torch::stable::new_empty(x, x.sizes());
+  Tensor dr = torch::stable::new_empty(x, x.sizes());
+  const k::RowView s = row_view(op, x);
+  Tensor dw = torch::stable::new_empty(x, {s.cols}, ScalarType::Float);
+  Tensor workspace = dw_workspace(x, s);
+  if (s.cols > 0) dispatch(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    check_launch(op.name, k::cuda::add_rms_norm_backward<T>(
+                              in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), in<T>(w), out<T>(dx), out<T>(dr),
+                              out<float>(dw), workspace.mutable_data_ptr(), s.rows, s.cols,
+                              static_cast<float>(epsilon), launch_stream(op.name, x)));
+  });
+  return {dx, dr, torch::stable::to(dw, w.scalar_type())};
 }
 
 }  // namespace
@@ -143,4 +193,5 @@ STABLE_TORCH_LIBRARY_IMPL(opforge, CUDA, m) {
   OPFORGE_FOR_EACH_OP(OPFORGE_REGISTER_CUDA)
 #undef OPFORGE_REGISTER_CUDA
   m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
+  m.impl("add_rms_norm_backward", TORCH_BOX(&opforge_torch::add_rms_norm_backward));
 }

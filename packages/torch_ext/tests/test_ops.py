@@ -20,7 +20,18 @@ def _opcheck_samples(device):
     gated = torch.randn(3, 5, 2 * 8, device=device, requires_grad=True)
     plain, weight, gated_plain = x.detach(), w.detach(), gated.detach()
     gated_grad = torch.randn(3, 5, 8, device=device)
+    residual = torch.randn_like(x, requires_grad=True)
+    res_plain = residual.detach()
     return [
+        (torch.ops.opforge.add_rms_norm.default, (x, residual, w, 1e-5), {}),
+        (torch.ops.opforge.add_rms_norm.default, (plain.transpose(0, 1), res_plain.transpose(0, 1), weight, 0.0), {}),
+        (torch.ops.opforge.add_rms_norm.out, (plain, res_plain, weight, 1e-5),
+         {"y_out": torch.empty_like(plain),
+          "h_out": torch.empty(3, 5, 32, device=device)[..., ::2]}),  # non-contiguous: via a temporary
+        (torch.ops.opforge.add_rms_norm_backward.default,
+         (torch.randn_like(x), torch.randn_like(x), plain, res_plain, weight, 1e-5), {}),
+        (torch.ops.opforge.add_rms_norm_backward.default,
+         (torch.randn_like(x).requires_grad_(), torch.randn_like(x).requires_grad_(), x, residual, w, 1e-5), {}),
         (torch.ops.opforge.swish.default, (x, 1.5), {}),
         (torch.ops.opforge.swish.default, (plain[..., ::2], -0.5), {}),
         (torch.ops.opforge.rms_norm.default, (x, w, 1e-5), {}),
@@ -67,6 +78,20 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(lambda a: opforge_torch.swish(a, 1.3), (x,))
     assert torch.autograd.gradcheck(lambda a: opforge_torch.swish(a, 0.0), (x,))
     assert torch.autograd.gradcheck(lambda a, b: opforge_torch.rms_norm(a, b, 1e-5), (x, w))
+
+
+@pytest.mark.parametrize("outputs", [(0,), (1,), (0, 1)], ids=["Y", "H", "Y-and-H"])
+def test_gradcheck_float64_add_rms_norm_each_output_and_both(outputs):
+    """Both outputs are differentiable; an output that is not used gets no gradient (zeros)."""
+    torch.manual_seed(0)
+    x, w = _rms_inputs(dtype=torch.float64, shape=(4, 7))
+    r = torch.randn_like(x, requires_grad=True)
+
+    def used(a, b, c):
+        y_h = opforge_torch.add_rms_norm(a, b, c, 1e-5)
+        return tuple(y_h[i] for i in outputs)
+
+    assert torch.autograd.gradcheck(used, (x, r, w))
 
 
 class _Block(torch.nn.Module):
@@ -148,8 +173,25 @@ W = torch.ones(64)
      spec.error("Swish", "dY", "shape [2, 64] (shape of X)", "[3]")),
     (lambda: torch.ops.opforge.rms_norm_backward(X.double(), X, W, 1e-6),
      spec.error("RMSNorm", "dY", "dtype float32 (dtype of X)", "float64")),
+    (lambda: opforge_torch.add_rms_norm(X, torch.ones(2, 63), W),
+     spec.error("AddRMSNorm", "R", "a tensor of shape [2, 64] (the shape of X)", "shape [2, 63]")),
+    (lambda: opforge_torch.add_rms_norm(X, torch.ones(1, 64), W),
+     spec.error("AddRMSNorm", "R", "a tensor of shape [2, 64] (the shape of X)", "shape [1, 64]")),
+    (lambda: opforge_torch.add_rms_norm(X, torch.ones(64), W),
+     spec.error("AddRMSNorm", "R", "a tensor of shape [2, 64] (the shape of X)", "shape [64]")),
+    (lambda: opforge_torch.add_rms_norm(X, X.double(), W),
+     spec.error("AddRMSNorm", "R", "dtype float32 (dtype of X)", "float64")),
+    (lambda: opforge_torch.add_rms_norm(X, X, W.double()),
+     spec.error("AddRMSNorm", "W", "dtype float32 (dtype of X)", "float64")),
+    (lambda: opforge_torch.add_rms_norm(X, X, W, -1.0),
+     spec.error("AddRMSNorm", "epsilon", "a finite float32 >= 0", "-1")),
+    (lambda: torch.ops.opforge.add_rms_norm_backward(X, torch.ones(2, 8), X, X, W, 1e-6),
+     spec.error("AddRMSNorm", "dH", "shape [2, 64] (shape of X)", "[2, 8]")),
+    (lambda: torch.ops.opforge.add_rms_norm_backward(X.double(), X, X, X, W, 1e-6),
+     spec.error("AddRMSNorm", "dY", "dtype float32 (dtype of X)", "float64")),
 ], ids=["int64", "float16-cpu", "beta-inf", "rank0", "w-length", "w-rank", "w-dtype", "eps-nan",
-        "eps-negative", "dy-shape", "dy-dtype"])
+        "eps-negative", "dy-shape", "dy-dtype", "r-shape", "r-broadcast", "r-rank", "r-dtype",
+        "add-w-dtype", "add-eps-negative", "dh-shape", "add-dy-dtype"])
 def test_errors_use_the_canonical_message(call, message):
     with pytest.raises(RuntimeError) as info:
         call()
@@ -160,6 +202,12 @@ def test_weight_on_another_device():
     require_cuda()
     with pytest.raises(RuntimeError, match="opforge.RMSNorm: W: expected a tensor on cuda:0"):
         opforge_torch.rms_norm(X.cuda(), W, 1e-6)
+
+
+def test_residual_on_another_device():
+    require_cuda()
+    with pytest.raises(RuntimeError, match=r"opforge\.AddRMSNorm: R: expected a tensor on cuda:0 \(device of X\), got cpu"):
+        opforge_torch.add_rms_norm(X.cuda(), X, W.cuda(), 1e-6)
 
 
 def test_cuda_dtypes_and_autograd():
@@ -173,6 +221,11 @@ def test_cuda_dtypes_and_autograd():
         opforge_torch.swish(torch.ones(2, device="cuda", dtype=torch.float64))
 
 
+def _first_output(result):
+    """Y: what every attribute acts on (a second output H = X + R has none)."""
+    return result[0] if isinstance(result, tuple) else result
+
+
 _ATTRIBUTES = [(op, name) for op in spec.OPS.values() for name in op.attributes]
 
 
@@ -181,11 +234,44 @@ def test_layer_defaults_are_the_spec_defaults(op, name):
     """Called without the attributes, the schema's defaults apply: the spec's, and not ignored."""
     torch.manual_seed(0)
     x = torch.randn(4, 2 * 8)
-    inputs = (x, torch.rand(16) + 0.5) if op is spec.RMS_NORM else (x,)
+    roles = {"X": x, "R": torch.randn_like(x), "W": torch.rand(16) + 0.5}
+    inputs = tuple(roles[n] for n in op.inputs)
     fn = getattr(torch.ops.opforge, op.torch_name)
     wrapper = getattr(opforge_torch, op.torch_name)
     defaults = op.defaults()
     torch.testing.assert_close(fn(*inputs), fn(*inputs, *defaults.values()), rtol=0, atol=0)
     torch.testing.assert_close(wrapper(*inputs), fn(*inputs, *defaults.values()), rtol=0, atol=0)
     changed = {**defaults, name: defaults[name] * 3 + 0.5}
-    assert not torch.equal(fn(*inputs), fn(*inputs, *changed.values())), f"{op.name}: {name} has no effect"
+    y, y_changed = _first_output(fn(*inputs)), _first_output(fn(*inputs, *changed.values()))
+    assert not torch.equal(y, y_changed), f"{op.name}: {name} has no effect"
+
+
+class _ResidualBlock(torch.nn.Module):
+    """A decoder layer's pre-norm step: H = X + R, Y = RMSNorm(H); both outputs used."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x, residual):
+        y, h = opforge_torch.add_rms_norm(x, residual, self.weight, 1e-6)
+        return opforge_torch.swish(y, 1.0) + h
+
+
+def test_torch_compile_and_export_of_a_residual_block():
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = _ResidualBlock()
+    x, r = torch.randn(4, 16, requires_grad=True), torch.randn(4, 16, requires_grad=True)
+    got = torch.compile(model, fullgraph=True, backend="aot_eager")(x, r)
+    expected = model(x, r)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), (x, r)),
+                               torch.autograd.grad(expected.sum(), (x, r)))
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(model, (x.detach(), r.detach()),
+                                  dynamic_shapes={"x": {0: batch}, "residual": {0: batch}})
+    targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.opforge.add_rms_norm.default) == 1
+    x7, r7 = torch.randn(7, 16), torch.randn(7, 16)
+    torch.testing.assert_close(program.module()(x7, r7), model(x7, r7))

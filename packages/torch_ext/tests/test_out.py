@@ -1,131 +1,213 @@
-"""The .out overloads: write into the caller's tensor and return nothing (`-> ()`), refuse a wrong
-`out`, an `out` partially overlapping an input, and out= under autograd; compile."""
+"""The .out overloads: write into the caller's tensors (`out`, or one per output: y_out, h_out) and
+return nothing (`-> ()`), refuse a wrong output, an output partially overlapping an input or
+sharing memory with another output, and out= under autograd; compile. Every op of the spec."""
 
 import pytest
 import torch
 
 import opforge_spec as spec
 import opforge_torch
+from opforge_torch._checks import out_names
 
 X = torch.randn(3, 2 * 8)
+R = torch.randn(3, 2 * 8)
 W = torch.rand(2 * 8) + 0.5
-CALLS = {  # op -> (functional call, .out call, output shape)
-    "Swish": (lambda: torch.ops.opforge.swish(X, 1.3),
-              lambda out: torch.ops.opforge.swish.out(X, 1.3, out=out), X.shape),
-    "RMSNorm": (lambda: torch.ops.opforge.rms_norm(X, W, 1e-5),
-                lambda out: torch.ops.opforge.rms_norm.out(X, W, 1e-5, out=out), X.shape),
-    "SwiGLU": (lambda: torch.ops.opforge.swiglu(X, 1.3),
-               lambda out: torch.ops.opforge.swiglu.out(X, 1.3, out=out), (3, 8)),
-}
-OUT_OPS = {"Swish": torch.ops.opforge.swish.out, "RMSNorm": torch.ops.opforge.rms_norm.out,
-           "SwiGLU": torch.ops.opforge.swiglu.out}
+ATTRS = {"beta": 1.3, "epsilon": 1e-5}  # a value other than the default for each attribute
+OPS = list(spec.OPS)
 
 
-def _out_args(op, x, w):
-    """The .out overload's arguments before `out`, for X = x (and W = w)."""
-    return (x, w, 1e-5) if op == "RMSNorm" else (x, 1.3)
+def _spec(op):
+    return spec.OPS[op]
 
 
-@pytest.mark.parametrize("op", CALLS)
-def test_writes_into_the_given_tensor_and_returns_nothing(op):
-    functional, into, shape = CALLS[op]
-    out = torch.full(shape, float("nan"))
-    pointer = out.data_ptr()
-    assert into(out) is None
-    assert out.data_ptr() == pointer
-    torch.testing.assert_close(out, functional(), rtol=0, atol=0)
+def _args(op, x=None, r=None, w=None):
+    """The op's arguments before its outputs: its tensor inputs by role, then its attributes."""
+    roles = {"X": X if x is None else x, "R": R if r is None else r, "W": W if w is None else w}
+    return (*(roles[n] for n in _spec(op).inputs), *(ATTRS[a] for a in _spec(op).attributes))
 
 
-@pytest.mark.parametrize("op", CALLS)
+def _overload(op):
+    return getattr(torch.ops.opforge, _spec(op).torch_name)
+
+
+def _functional(op, **inputs):
+    result = _overload(op)(*_args(op, **inputs))
+    return result if isinstance(result, tuple) else (result,)
+
+
+def _into(op, outs, **inputs):
+    return _overload(op).out(*_args(op, **inputs), **dict(zip(out_names(_spec(op)), outs)))
+
+
+def _shapes(op):
+    """Each output's shape for X: Y's by the spec's rule, H's X's."""
+    return (_spec(op).output_shape(X.shape), *(tuple(X.shape),) * (len(_spec(op).outputs) - 1))
+
+
+def _fresh_outs(op, fill=float("nan")):
+    return tuple(torch.full(s, fill) for s in _shapes(op))
+
+
+def _has(op, name):
+    return name in _spec(op).inputs
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_writes_into_the_given_tensors_and_returns_nothing(op):
+    outs = _fresh_outs(op)
+    pointers = [o.data_ptr() for o in outs]
+    assert _into(op, outs) is None
+    assert [o.data_ptr() for o in outs] == pointers
+    torch.testing.assert_close(outs, _functional(op), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op", OPS)
 def test_the_python_entry_points_take_out_and_return_it(op):
-    functional, _, shape = CALLS[op]
-    entry = {"Swish": opforge_torch.swish, "RMSNorm": opforge_torch.rms_norm, "SwiGLU": opforge_torch.swiglu}[op]
-    out = torch.empty(shape)
-    assert entry(*_out_args(op, X, W), out=out) is out
-    torch.testing.assert_close(out, functional(), rtol=0, atol=0)
+    entry = getattr(opforge_torch, _spec(op).torch_name)
+    outs = tuple(torch.empty(s) for s in _shapes(op))
+    out = outs if len(outs) > 1 else outs[0]  # a tuple (y_out, h_out) for an op with two outputs
+    assert entry(*_args(op), out=out) is out
+    torch.testing.assert_close(outs, _functional(op), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("op", CALLS)
-def test_a_non_contiguous_out_gets_the_values(op):
-    functional, into, shape = CALLS[op]
-    wide = torch.zeros(*shape[:-1], 2 * shape[-1])
-    out = wide[..., ::2]
-    into(out)
-    torch.testing.assert_close(out, functional(), rtol=0, atol=0)
-    assert (wide[..., 1::2] == 0).all()
+@pytest.mark.parametrize("op", OPS)
+def test_non_contiguous_outs_get_the_values(op):
+    wides = [torch.zeros(*s[:-1], 2 * s[-1]) for s in _shapes(op)]
+    outs = tuple(wide[..., ::2] for wide in wides)
+    _into(op, outs)
+    torch.testing.assert_close(outs, _functional(op), rtol=0, atol=0)
+    assert all((wide[..., 1::2] == 0).all() for wide in wides)
 
 
-@pytest.mark.parametrize("op", CALLS)
-def test_refuses_wrong_shape_dtype_and_device(op):
-    _, into, shape = CALLS[op]
+def _each_output(ops=OPS):
+    return [pytest.param(op, i, id=f"{op}-{out_names(_spec(op))[i]}") for op in ops
+            for i in range(len(_spec(op).outputs))]
+
+
+@pytest.mark.parametrize("op,index", _each_output())
+def test_refuses_wrong_shape_dtype_and_device(op, index):
+    shape, name = _shapes(op)[index], out_names(_spec(op))[index]
+    output = _spec(op).outputs[index]
     bad_shape = (*shape[:-1], shape[-1] + 1)
     cases = [
-        (torch.empty(bad_shape), spec.error(op, "out", f"shape {list(shape)} (shape of Y)".replace("'", ""),
-                                             str(list(bad_shape)))),
+        (torch.empty(bad_shape),
+         spec.error(op, name, f"shape {list(shape)} (shape of {output})", str(list(bad_shape)))),
         (torch.empty(shape, dtype=torch.float64),
-         spec.error(op, "out", "dtype float32 (dtype of X)", "float64")),
-        (torch.empty(shape, device="meta"), spec.error(op, "out", "a tensor on cpu (device of X)", "meta")),
+         spec.error(op, name, "dtype float32 (dtype of X)", "float64")),
+        (torch.empty(shape, device="meta"), spec.error(op, name, "a tensor on cpu (device of X)", "meta")),
     ]
-    for out, message in cases:
+    for bad, message in cases:
+        outs = list(_fresh_outs(op, 0.0))
+        before = [o.clone() for o in outs]
+        outs[index] = bad
         with pytest.raises(RuntimeError) as info:
-            into(out)
+            _into(op, outs)
         assert message in str(info.value)
+        assert all(torch.equal(o, b) for i, (o, b) in enumerate(zip(outs, before)) if i != index)
 
 
-@pytest.mark.parametrize("op", CALLS)
-def test_fake_kernel_checks_and_returns_nothing(op):
-    _, into, shape = CALLS[op]
+@pytest.mark.parametrize("op,index", _each_output())
+def test_fake_kernel_checks_and_returns_nothing(op, index):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    global X, W
-    real = X, W
+    shape, name = _shapes(op)[index], out_names(_spec(op))[index]
     with FakeTensorMode() as mode:
-        X, W = mode.from_tensor(real[0]), mode.from_tensor(real[1])
-        try:
-            assert into(torch.empty(shape)) is None
-            with pytest.raises(RuntimeError, match=f"opforge.{op}: out"):
-                into(torch.empty(*shape[:-1], shape[-1] + 1))
-        finally:
-            X, W = real
+        inputs = {"x": mode.from_tensor(X), "r": mode.from_tensor(R), "w": mode.from_tensor(W)}
+        outs = [torch.empty(s) for s in _shapes(op)]
+        assert _into(op, outs, **inputs) is None
+        outs[index] = torch.empty(*shape[:-1], shape[-1] + 1)
+        with pytest.raises(RuntimeError, match=f"opforge.{op}: {name}: expected shape"):
+            _into(op, outs, **inputs)
 
 
-# ---- partial overlap: refused, as aten refuses it; `out` that is X itself stays allowed ------
-def _overlap_message(op, name):
-    return spec.error(op, "out", f"a tensor that shares no memory with {name} or is {name} itself",
-                      f"one that partially overlaps {name}")
+# ---- partial overlap: refused, as aten refuses it; an output that is an input stays allowed ------
+def _overlap_message(op, name, input_name):
+    return spec.error(op, name, f"a tensor that shares no memory with {input_name} or is {input_name} itself",
+                      f"one that partially overlaps {input_name}")
 
 
-@pytest.mark.parametrize("op", CALLS)
-def test_an_out_shifted_one_element_over_x_is_refused_and_left_untouched(op):
-    _, _, shape = CALLS[op]
+_SHIFTED = [pytest.param(op, i, input_name, id=f"{op}-{out_names(_spec(op))[i]}-over-{input_name}")
+            for op in OPS for i in range(len(_spec(op).outputs)) for input_name in ("X", "R")
+            if _has(op, input_name)]
+
+
+@pytest.mark.parametrize("op,index,input_name", _SHIFTED)
+def test_an_out_shifted_one_element_over_an_input_is_refused_and_left_untouched(op, index, input_name):
     size = X.numel()
+    shape = _shapes(op)[index]
     buffer = torch.randn(size + 1)
     before = buffer.clone()
-    x, out = buffer[:size].view(X.shape), buffer[1:1 + torch.Size(shape).numel()].view(shape)
+    shifted_input = buffer[:size].view(X.shape)
+    outs = list(_fresh_outs(op, 0.0))
+    outs[index] = buffer[1:1 + torch.Size(shape).numel()].view(shape)
     with pytest.raises(RuntimeError) as info:
-        OUT_OPS[op](*_out_args(op, x, W), out=out)
-    assert str(info.value).splitlines()[0] == _overlap_message(op, "X")
+        _into(op, outs, **{input_name.lower(): shifted_input})
+    assert str(info.value).splitlines()[0] == _overlap_message(op, out_names(_spec(op))[index], input_name)
     assert torch.equal(buffer, before)
 
 
-def test_an_out_overlapping_the_weight_is_refused():
+@pytest.mark.parametrize("op,index", _each_output([op for op in OPS if _has(op, "W")]))
+def test_an_out_overlapping_the_weight_is_refused(op, index):
     buffer = torch.rand(X.numel() + 1) + 0.5
-    w, out = buffer[:W.numel()], buffer[1:].view(X.shape)
+    outs = list(_fresh_outs(op, 0.0))
+    outs[index] = buffer[1:].view(X.shape)
     with pytest.raises(RuntimeError) as info:
-        torch.ops.opforge.rms_norm.out(X, w, 1e-5, out=out)
-    assert str(info.value).splitlines()[0] == _overlap_message("RMSNorm", "W")
+        _into(op, outs, w=buffer[:W.numel()])
+    assert str(info.value).splitlines()[0] == _overlap_message(op, out_names(_spec(op))[index], "W")
 
 
-@pytest.mark.parametrize("op", ["Swish", "RMSNorm"])
+_SAME_SHAPE_AS_X = [op for op in OPS if _shapes(op)[0] == tuple(X.shape)]
+
+
+@pytest.mark.parametrize("op", _SAME_SHAPE_AS_X)
 def test_out_that_is_x_itself_or_beside_it_in_one_buffer_is_allowed(op):
-    functional, _, _ = CALLS[op]
+    expected = _functional(op)
     x = X.clone()
-    OUT_OPS[op](*_out_args(op, x, W), out=x)
-    torch.testing.assert_close(x, functional(), rtol=0, atol=0)
+    outs = (x, *_fresh_outs(op)[1:])
+    _into(op, outs, x=x)
+    torch.testing.assert_close(outs, expected, rtol=0, atol=0)
     buffer = torch.cat([X.reshape(-1), torch.empty(X.numel())])
-    beside = buffer[X.numel():].view(X.shape)
-    OUT_OPS[op](*_out_args(op, buffer[:X.numel()].view(X.shape), W), out=beside)
-    torch.testing.assert_close(beside, functional(), rtol=0, atol=0)
+    beside = (buffer[X.numel():].view(X.shape), *_fresh_outs(op)[1:])
+    _into(op, beside, x=buffer[:X.numel()].view(X.shape))
+    torch.testing.assert_close(beside, expected, rtol=0, atol=0)
+
+
+# ---- two outputs: the in-place residual update of serving engines; outputs kept apart ----------
+_TWO_OUTPUTS = [op for op in OPS if len(_spec(op).outputs) > 1]
+
+
+@pytest.mark.parametrize("rows,cols", [(3, 16), (5, 4099)], ids=["short-rows", "long-rows"])
+@pytest.mark.parametrize("op", _TWO_OUTPUTS)
+def test_in_place_residual_update_gives_the_functional_result(op, rows, cols):
+    """h_out is the residual R and y_out is X itself (each row is read before it is written),
+    as a decoder updates its residual stream in place; and each alone."""
+    torch.manual_seed(0)
+    x, r, w = torch.randn(rows, cols), torch.randn(rows, cols), torch.rand(cols) + 0.5
+    expected = _functional(op, x=x, r=r, w=w)
+    for y_is_x in (True, False):
+        xs, rs = x.clone(), r.clone()
+        outs = (xs if y_is_x else torch.empty(rows, cols), rs)
+        _into(op, outs, x=xs, r=rs, w=w)
+        torch.testing.assert_close(outs, expected, rtol=0, atol=0)
+    xs, rs = x.clone(), r.clone()
+    _into(op, (rs, xs), x=xs, r=rs, w=w)  # the other way round: Y over R, H over X
+    torch.testing.assert_close((rs, xs), expected, rtol=0, atol=0)
+
+
+def _apart_message(op, name, other):
+    return spec.error(op, name, f"a tensor that shares no memory with {other}", f"one that overlaps {other}")
+
+
+@pytest.mark.parametrize("op", _TWO_OUTPUTS)
+def test_outputs_sharing_memory_are_refused_and_left_untouched(op):
+    names = out_names(_spec(op))
+    same = torch.zeros(X.shape)
+    buffer = torch.zeros(X.numel() + 1)
+    for outs in ((same, same), (buffer[:X.numel()].view(X.shape), buffer[1:].view(X.shape))):
+        with pytest.raises(RuntimeError) as info:
+            _into(op, outs)
+        assert str(info.value).splitlines()[0] == _apart_message(op, names[1], names[0])
+        assert (same == 0).all() and (buffer == 0).all()
 
 
 # ---- out= and autograd: refused, as aten refuses it -------------------------------------------
@@ -134,27 +216,34 @@ def _autograd_message(op, name):
                       "differentiation; call the op without out=)", f"{name} requiring grad")
 
 
-@pytest.mark.parametrize("op,name", [("Swish", "X"), ("Swish", "out"), ("RMSNorm", "X"), ("RMSNorm", "W"),
-                                     ("RMSNorm", "out"), ("SwiGLU", "X"), ("SwiGLU", "out")])
-def test_out_with_a_tensor_requiring_grad_is_refused_and_out_left_untouched(op, name):
-    _, _, shape = CALLS[op]
-    tensors = {"X": X.clone(), "W": W.clone(), "out": torch.zeros(shape)}
+_TRACKED = [pytest.param(op, name, id=f"{op}-{name}") for op in OPS
+            for name in (*_spec(op).inputs, *out_names(_spec(op)))]
+
+
+@pytest.mark.parametrize("op,name", _TRACKED)
+def test_out_with_a_tensor_requiring_grad_is_refused_and_outs_left_untouched(op, name):
+    inputs = {"x": X.clone(), "r": R.clone(), "w": W.clone()}
+    outs = _fresh_outs(op, 0.0)
+    tensors = {**{n: inputs[n.lower()] for n in _spec(op).inputs}, **dict(zip(out_names(_spec(op)), outs))}
     tensors[name].requires_grad_()
     with pytest.raises(RuntimeError) as info:
-        OUT_OPS[op](*_out_args(op, tensors["X"], tensors["W"]), out=tensors["out"])
+        _into(op, outs, **inputs)
     assert str(info.value).splitlines()[0] == _autograd_message(op, name)
-    assert (tensors["out"] == 0).all()
+    assert all((o == 0).all() for o in outs)
     with torch.no_grad():  # nothing is recorded there, so aten takes it too
-        OUT_OPS[op](*_out_args(op, tensors["X"], tensors["W"]), out=tensors["out"])
+        _into(op, outs, **inputs)
 
 
-def test_out_written_under_no_grad_invalidates_a_saved_tensor():
-    """Writing `out` bumps its version counter, so autograd refuses to use it as a stale saved
+@pytest.mark.parametrize("op,index", _each_output())
+def test_out_written_under_no_grad_invalidates_a_saved_tensor(op, index):
+    """Writing an output bumps its version counter, so autograd refuses to use it as a stale saved
     tensor instead of computing a wrong gradient."""
-    leaf = torch.randn(3, 16, requires_grad=True)
+    leaf = torch.randn(_shapes(op)[index], requires_grad=True)
     saved = leaf.sigmoid()  # sigmoid's backward uses its output
+    outs = list(_fresh_outs(op))
+    outs[index] = saved
     with torch.no_grad():
-        torch.ops.opforge.swish.out(X, 1.3, out=saved)
+        _into(op, outs)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         saved.sum().backward()
 
@@ -163,18 +252,17 @@ def test_out_written_under_no_grad_invalidates_a_saved_tensor():
 def test_a_function_calling_every_out_overload_compiles_to_the_eager_bits():
     torch._dynamo.reset()
 
-    def write_all(x, w, outs):
-        for op, out in zip(OUT_OPS, outs):
-            OUT_OPS[op](*_out_args(op, x, w), out=out)
+    def write_all(x, r, w, all_outs):
+        for op, outs in zip(OPS, all_outs):
+            _into(op, outs, x=x, r=r, w=w)
 
-    shapes = [CALLS[op][2] for op in OUT_OPS]
-    eager = [torch.empty(s) for s in shapes]
-    compiled = [torch.full(s, float("nan")) for s in shapes]
+    eager = [_fresh_outs(op) for op in OPS]
+    compiled = [_fresh_outs(op) for op in OPS]
     # caches off: a graph cached under an earlier schema of the ops (keyed by their names) would
     # stand in for this compile
     with torch._inductor.config.patch(force_disable_caches=True):
-        torch.compile(write_all, fullgraph=True)(X, W, compiled)
-    write_all(X, W, eager)
+        torch.compile(write_all, fullgraph=True)(X, R, W, compiled)
+    write_all(X, R, W, eager)
     for got, want in zip(compiled, eager):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 

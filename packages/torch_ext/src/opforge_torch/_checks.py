@@ -106,40 +106,72 @@ def _weight(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor) -> None
         spec.name, "W", f"{before}{cols}{after}", f"shape {_shape(w)}"))
 
 
-def op(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor | None, attrs: tuple) -> None:
-    """The C++ kernels' checks of a forward call, in their order (csrc/checks.cpp check_op)."""
-    if w is not None:
-        _same_device(spec.name, "W", w, "X", x)
+def _residual(spec: opforge_spec.OpSpec, x: torch.Tensor, r: torch.Tensor) -> None:
+    _same_dtype(spec.name, "R", r, "X", x)
+
+    def message():
+        return spec.r_error(x.shape, r.shape)
+
+    if r.dim() != x.dim():
+        raise RuntimeError(message())
+    for size, x_size in zip(r.shape, x.shape):
+        torch._check(size == x_size, message)
+
+
+_INPUT_RULES = {"R": _residual, "W": _weight}  # the rule of each input but X, by its role
+
+
+def op(spec: opforge_spec.OpSpec, tensors: tuple, attrs: tuple) -> None:
+    """The C++ kernels' checks of a forward call (its tensor inputs in the spec's order), in
+    their order (csrc/checks.cpp check_op)."""
+    named = dict(zip(spec.inputs, tensors))
+    x = named.pop("X")
+    for name, t in named.items():
+        _same_device(spec.name, name, t, "X", x)
     _dtype(spec.name, "X", x)
     _x_shape(spec, x)
-    if w is not None:
-        _weight(spec, x, w)
+    for name, t in named.items():
+        _INPUT_RULES[name](spec, x, t)
     attributes(spec, attrs)
 
 
-def backward(spec: opforge_spec.OpSpec, dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor | None,
-             attrs: tuple) -> None:
-    _same_device(spec.name, "dY", dy, "X", x)
-    op(spec, x, w, attrs)
-    _same_dtype(spec.name, "dY", dy, "X", x)
-    _shape_is(spec.name, "dY", dy, output_shape(spec, x), "Y" if spec.split > 1 else "X")
+def backward(spec: opforge_spec.OpSpec, grads: tuple, tensors: tuple, attrs: tuple) -> None:
+    """A backward op's checks: one gradient per output (dY, dH), then the forward's."""
+    x = tensors[0]
+    names = tuple(f"d{name}" for name in spec.outputs)
+    for name, grad in zip(names, grads):
+        _same_device(spec.name, name, grad, "X", x)
+    op(spec, tensors, attrs)
+    for i, (name, grad, shape) in enumerate(zip(names, grads, output_shapes(spec, x))):
+        _same_dtype(spec.name, name, grad, "X", x)
+        own_shape = i == 0 and spec.split > 1  # Y keeps X's shape unless X's last axis is split
+        _shape_is(spec.name, name, grad, shape, spec.outputs[i] if own_shape else "X")
 
 
-def output_shape(spec: opforge_spec.OpSpec, x: torch.Tensor) -> tuple:
-    return spec.output_shape(x.shape)
+def output_shapes(spec: opforge_spec.OpSpec, x: torch.Tensor) -> tuple:
+    """Each output's shape: Y's by the spec's rule, a second output H has X's."""
+    return (tuple(spec.output_shape(x.shape)), *(tuple(x.shape),) * (len(spec.outputs) - 1))
 
 
-def out(spec: opforge_spec.OpSpec, out: torch.Tensor, x: torch.Tensor) -> None:
-    """`out` of an .out overload: X's device and dtype, the output's shape."""
-    _same_device(spec.name, "out", out, "X", x)
-    _same_dtype(spec.name, "out", out, "X", x)
-    _shape_is(spec.name, "out", out, output_shape(spec, x), "Y")
+def out_names(spec: opforge_spec.OpSpec) -> tuple:
+    """The .out overload's output arguments: `out`, or one per output (y_out, h_out)."""
+    if len(spec.outputs) == 1:
+        return ("out",)
+    return tuple(f"{name.lower()}_out" for name in spec.outputs)
 
 
-def out_not_tracked(spec: opforge_spec.OpSpec, tensors: tuple, out: torch.Tensor, tracked) -> None:
-    """aten's out= rule: no derivative flows through a write into `out`, so no input and no `out`
-    that autograd records (`tracked`) is taken."""
-    for name, t in zip((*spec.inputs, "out"), (*tensors, out)):
+def outs(spec: opforge_spec.OpSpec, outs: tuple, x: torch.Tensor) -> None:
+    """The outputs of an .out overload: X's device and dtype, each output's shape."""
+    for name, out, shape, output in zip(out_names(spec), outs, output_shapes(spec, x), spec.outputs):
+        _same_device(spec.name, name, out, "X", x)
+        _same_dtype(spec.name, name, out, "X", x)
+        _shape_is(spec.name, name, out, shape, output)
+
+
+def out_not_tracked(spec: opforge_spec.OpSpec, tensors: tuple, outs: tuple, tracked) -> None:
+    """aten's out= rule: no derivative flows through a write into an output, so no input and no
+    output that autograd records (`tracked`) is taken."""
+    for name, t in zip((*spec.inputs, *out_names(spec)), (*tensors, *outs)):
         if tracked(t):
-            fail(spec.name, "out", "no tensor that autograd records (out= does not support automatic "
-                 "differentiation; call the op without out=)", f"{name} requiring grad")
+            fail(spec.name, "out", "no tensor that autograd records (out= does not support "
+                 "automatic differentiation; call the op without out=)", f"{name} requiring grad")

@@ -24,7 +24,7 @@ from ._checks import attributes as _check_attributes
 
 DOMAIN = opforge_spec.DOMAIN
 DOMAIN_VERSION = opforge_spec.DOMAIN_VERSION
-_TORCH_ARGS = {"X": "x", "W": "weight"}  # ONNX input name -> torch argument name (the schemas')
+_TORCH_ARGS = {"X": "x", "R": "residual", "W": "weight"}  # ONNX input name -> the schemas' argument
 OPSET_RANGE = (13, 21)  # standard-ONNX opsets the decomposed graphs are written for
 DYNAMO_MIN_OPSET = 18  # the dynamo exporter refuses lower targets
 _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
@@ -133,13 +133,18 @@ def _ts_output_type(g, spec: opforge_spec.OpSpec, x):
     return g.op("Slice", x, _ts_ints(g, [0]), end, _ts_ints(g, [-1])).type()
 
 
+def _ts_output_types(g, spec: opforge_spec.OpSpec, x) -> list:
+    """Each output's type: Y's by the spec's shape rule, a second output H is typed as X."""
+    return [_ts_output_type(g, spec, x), *[x.type()] * (len(spec.outputs) - 1)]
+
+
 def _ts_opforge_node(g, spec: opforge_spec.OpSpec, tensors, attrs):
     """The one opforge node of a call, every output typed (TorchScript's ONNX shape inference knows
     no opforge schema: untyped outputs would leave every shape downstream unknown)."""
     outputs = g.op(f"{DOMAIN}::{spec.name}", *tensors, outputs=len(spec.outputs),
                    **{f"{name}_f": value for name, value in zip(spec.attributes, attrs)})
-    output_type = _ts_output_type(g, spec, tensors[0])
-    for value in outputs if isinstance(outputs, tuple) else (outputs,):
+    values = outputs if isinstance(outputs, tuple) else (outputs,)
+    for value, output_type in zip(values, _ts_output_types(g, spec, tensors[0])):
         value.setType(output_type)
     return outputs
 
@@ -182,7 +187,7 @@ def register_onnx_schemas():
     def schema(op):
         return defs.OpSchema(
             op.name, DOMAIN, DOMAIN_VERSION, doc=op.doc,
-            inputs=[param(n, "T") for n in op.inputs], outputs=[param("Y", "T")],
+            inputs=[param(n, "T") for n in op.inputs], outputs=[param(n, "T") for n in op.outputs],
             type_constraints=tc,
             attributes=[attribute(name, attr) for name, attr in op.attributes.items()],
         )

@@ -1,9 +1,10 @@
 """Fake (meta) kernels and autograd for the opforge ops (their Python entry points are generated:
 _ops_generated.py).
 
-Autograd to any order: the ops' backward is the fused ``swish_backward`` / ``rms_norm_backward``
-kernel, and those backward ops' autograd formula is autograd through the op's composed torch
-form (opforge_spec.OpSpec.composed). First derivatives stay fused; second and higher derivatives
+Autograd to any order: the ops' backward is the fused ``<op>_backward`` kernel (one gradient per
+output in, zeros for an output that got none, one gradient per tensor input out), and those
+backward ops' autograd formula is autograd through the op's composed torch form
+(opforge_spec.OpSpec.composed). First derivatives stay fused; second and higher derivatives
 (gradient penalties, Hessian-vector products) go through the composed form.
 
 Each formula is an autograd node registered at the Autograd key (not torch.library.register_autograd:
@@ -36,34 +37,36 @@ def _inputs(spec: opforge_spec.OpSpec, args: tuple) -> tuple:
     return args[:count], _with_defaults(spec, args, count)[count:]
 
 
-def _weight(tensors: tuple):
-    return tensors[1] if len(tensors) > 1 else None
-
-
 # Fake kernels: the C++ kernels' checks, then shapes/dtypes only. The real kernels return
 # contiguous outputs, so do these (opcheck compares strides).
 def _empty_like(t):
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
+def _one_or_tuple(values: tuple):
+    """An op's result as its schema returns it: one Tensor, or a tuple of them."""
+    return values if len(values) > 1 else values[0]
+
+
 def _register_fakes(spec: opforge_spec.OpSpec) -> None:
     name = f"opforge::{spec.torch_name}"
+    output_count = len(spec.outputs)
 
     def forward(*args):
         tensors, attrs = _inputs(spec, args)
-        _checks.op(spec, tensors[0], _weight(tensors), attrs)
-        return tensors[0].new_empty(_checks.output_shape(spec, tensors[0]))
+        _checks.op(spec, tensors, attrs)
+        return _one_or_tuple(tuple(tensors[0].new_empty(shape)
+                                   for shape in _checks.output_shapes(spec, tensors[0])))
 
-    def forward_out(*args, out):
+    def forward_out(*args, **outs):  # out=, or one per output (y_out=, h_out=)
         tensors, attrs = _inputs(spec, args)
-        _checks.op(spec, tensors[0], _weight(tensors), attrs)
-        _checks.out(spec, out, tensors[0])
+        _checks.op(spec, tensors, attrs)
+        _checks.outs(spec, tuple(outs[n] for n in _checks.out_names(spec)), tensors[0])
 
-    def backward(grad, *args):
-        tensors, attrs = _inputs(spec, args)
-        _checks.backward(spec, grad, tensors[0], _weight(tensors), attrs)
-        grads = tuple(_empty_like(t) for t in tensors)  # one per tensor input
-        return grads if len(grads) > 1 else grads[0]
+    def backward(*args):  # one gradient per output, then the op's arguments
+        tensors, attrs = _inputs(spec, args[output_count:])
+        _checks.backward(spec, args[:output_count], tensors, attrs)
+        return _one_or_tuple(tuple(_empty_like(t) for t in tensors))  # one per tensor input
 
     torch.library.register_fake(name, forward)
     torch.library.register_fake(f"{name}.out", forward_out)
@@ -87,11 +90,18 @@ def _no_attribute_gradients(spec: opforge_spec.OpSpec) -> tuple:
     return (None,) * len(spec.attributes)
 
 
+def _zeros_where_undefined(spec: opforge_spec.OpSpec, grads: tuple, x: torch.Tensor) -> tuple:
+    """One gradient per output, zeros for an output autograd gave none (it was not used)."""
+    shapes = _checks.output_shapes(spec, x)
+    return tuple(x.new_zeros(shape) if g is None else g for g, shape in zip(grads, shapes))
+
+
 def _fused_gradient(spec: opforge_spec.OpSpec):
     backward = getattr(_ops, f"{spec.torch_name}_backward")
 
-    def gradient(ctx, grad):
-        grads = backward(grad, *ctx.saved_tensors, *ctx.attrs)
+    def gradient(ctx, *grads):
+        tensors = ctx.saved_tensors
+        grads = backward(*_zeros_where_undefined(spec, grads, tensors[0]), *tensors, *ctx.attrs)
         grads = grads if isinstance(grads, tuple) else (grads,)
         return (*grads, *_no_attribute_gradients(spec))
 
@@ -115,23 +125,26 @@ def _composed_second_derivative(spec: opforge_spec.OpSpec):
     """The gradient of `spec`'s backward op: the backward op is the vector-Jacobian product of
     the op, so its own vector-Jacobian product is taken through the spec's composed form.
     torch.func.vjp keeps it differentiable to any order, under autograd and torch.func alike."""
+    output_count = len(spec.outputs)
 
     def gradient(ctx, *upstream):
-        grad, *tensors = ctx.saved_tensors
+        saved = ctx.saved_tensors  # one gradient per output of the op, then its tensor inputs
+        tensors = saved[output_count:]
         compute = _compute_dtype(tensors[0])
         attrs = tuple(_as_float32(a) for a in ctx.attrs)
 
         def op(*inputs):
             return spec.composed(*inputs, *attrs)
 
-        def op_vjp(g, *inputs):
-            return torch.func.vjp(op, *inputs)[1](g)
+        def op_vjp(*values):
+            grads, inputs = values[:output_count], values[output_count:]
+            return torch.func.vjp(op, *inputs)[1](_one_or_tuple(grads))
 
-        inputs = [t.to(compute) for t in (grad, *tensors)]
+        values = [t.to(compute) for t in saved]
         cotangents = tuple(torch.zeros_like(t) if u is None else u.to(compute)
-                           for u, t in zip(upstream, inputs[1:]))
-        grads = torch.func.vjp(op_vjp, *inputs)[1](cotangents)
-        return (*(d.to(t.dtype) for d, t in zip(grads, (grad, *tensors))), *_no_attribute_gradients(spec))
+                           for u, t in zip(upstream, values[output_count:]))
+        grads = torch.func.vjp(op_vjp, *values)[1](cotangents)
+        return (*(d.to(t.dtype) for d, t in zip(grads, saved)), *_no_attribute_gradients(spec))
 
     return gradient
 
@@ -192,16 +205,19 @@ def _register_autograd(spec: opforge_spec.OpSpec, name: str, backward) -> None:
 
 
 def _register_out_autograd(spec: opforge_spec.OpSpec) -> None:
-    """aten's out= rule: refused when autograd would record the call (the write into `out` has no
-    derivative). `out`'s version counter is bumped (the ADInplaceOrView key's work, done here to
-    spare a second Python kernel per call), so autograd refuses a saved `out` written over."""
+    """aten's out= rule: refused when autograd would record the call (the write into an output
+    has no derivative). Each output's version counter is bumped (the ADInplaceOrView key's work,
+    done here to spare a second Python kernel per call), so autograd refuses a saved tensor
+    written over."""
     op = getattr(_ops, spec.torch_name).out
 
-    def autograd_kernel(keyset, *args, out):
+    def autograd_kernel(keyset, *args, **outs):
         tensors, _ = _inputs(spec, args)
-        _checks.out_not_tracked(spec, tensors, out, _tracked)
-        op.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, *args, out=out)
-        torch.autograd.graph.increment_version(out)
+        written = tuple(outs[n] for n in _checks.out_names(spec))
+        _checks.out_not_tracked(spec, tensors, written, _tracked)
+        op.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, *args, **outs)
+        for out in written:
+            torch.autograd.graph.increment_version(out)
 
     _LIBRARY.impl(f"{spec.torch_name}.out", autograd_kernel, "Autograd", with_keyset=True)
 
