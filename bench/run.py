@@ -1,6 +1,7 @@
 """Fused vs composed benchmarks of the opforge ops, torch and ONNX Runtime layers (CPU, fp32).
 
-  python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm,SwiGLU] [--layers torch,ort]
+  python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm,SwiGLU,AddRMSNorm]
+                      [--layers torch,ort]
                       [--threads 1,all] [--repeat 20] [--budget 8]
                       [--models efficientnet,llama_mlp,llama_layer|none]
   python bench/run.py --device cuda [--quick] [--out DIR] [--ops ...] [--time-limit SECONDS]
@@ -33,8 +34,9 @@ def parse(argv):
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "bench")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--ops", default="", help="comma list (default: Swish,RMSNorm,SwiGLU on the "
-                                                  "CPU, every op of the spec on the GPU)")
+    parser.add_argument("--ops", default="", help="comma list (default: the ops the targets judge "
+                                                  "on the CPU, Swish,RMSNorm,SwiGLU,AddRMSNorm; "
+                                                  "every op of the spec on the GPU)")
     parser.add_argument("--layers", default="torch,ort")
     parser.add_argument("--models", default="efficientnet,llama_mlp,llama_layer",
                         help="real-model section (opforge_bench/real_models.py); 'none' skips it")
@@ -79,7 +81,7 @@ def cpu_main(args) -> int:
              else timing.sizes(quick=args.quick, llc=host["llc_bytes"],
                                memory=host["memory_available_bytes"]))
     print(f"bench: sizes {sizes}, threads {threads}, load {host['loadavg_1m_at_start']:.2f}")
-    data = measure.run_all(ops=(args.ops or "Swish,RMSNorm,SwiGLU").split(","),
+    data = measure.run_all(ops=args.ops.split(",") if args.ops else list(report.DEFAULT_OPS),
                            layers=set(args.layers.split(",")),
                            threads_list=threads, sizes=sizes, repeat=args.repeat,
                            budget_s=args.budget)

@@ -11,6 +11,7 @@ import resource
 import time
 
 import numpy as np
+import opforge_spec
 
 from . import torch_variants as tv
 from .timing import measure_interleaved
@@ -30,9 +31,12 @@ def output_elements(op: str, n: int) -> int:
 
 
 def moved_bytes(op: str, n: int) -> int:
-    """Bytes a fused kernel must read and write: X in, Y out (+ W for RMSNorm)."""
-    extra = tv.COLS if op == "RMSNorm" else 0
-    return BYTES_PER * (elements(op, n) + output_elements(op, n) + extra)
+    """Bytes a fused kernel must read and write: each input once (X and a residual R: X's
+    elements; a weight W: one row), each output once (Y; a second output H: X's elements)."""
+    spec = opforge_spec.OPS[op]
+    read = sum(tv.COLS if name == "W" else elements(op, n) for name in spec.inputs)
+    written = output_elements(op, n) + elements(op, n) * (len(spec.outputs) - 1)
+    return BYTES_PER * (read + written)
 
 
 def peak_rss_bytes() -> int:
@@ -96,7 +100,10 @@ def _measure_op(op, *, layers, threads, n, repeat, budget_s, missing, graphs) ->
 
 
 def _sample(result) -> np.ndarray:
-    return np.array(np.asarray(result).reshape(-1)[:AGREEMENT_SAMPLE])  # a copy: `result` can go
+    """A copy of the first elements of each output (`result` can go)."""
+    outputs = result if isinstance(result, (list, tuple)) else [result]
+    share = AGREEMENT_SAMPLE // len(outputs)
+    return np.concatenate([np.asarray(o).reshape(-1)[:share] for o in outputs])
 
 
 def _ort_fns(op, threads, inp, missing, graphs) -> dict:

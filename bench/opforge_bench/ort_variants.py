@@ -12,15 +12,17 @@ import onnxruntime as ort
 import opforge_spec
 from onnx import TensorProto, helper
 
-from .torch_variants import COLS, EPS
+from .torch_variants import COLS, EPS, INPUT_KEYS, OUTPUT_KEYS
 
 OPSET = 17
 
 
-def _model(nodes, inputs, initializers=(), opsets=(("", OPSET),), ir_version=8) -> bytes:
+def _model(nodes, inputs, initializers=(), opsets=(("", OPSET),), ir_version=8,
+           outputs=("Y",)) -> bytes:
     graph = helper.make_graph(
         nodes, "bench", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], list(initializers))
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
     model.ir_version = ir_version
     return model.SerializeToString()
@@ -70,24 +72,109 @@ def swiglu_models(cols: int = COLS) -> dict:
     }
 
 
+def add_rms_norm_models(cols: int = COLS) -> dict:
+    """The Add + RMSNorm graph as exported (the spec's decomposed form) and ORT's own fused op:
+    SkipSimplifiedLayerNormalization's 4th output is the sum X + R (H)."""
+    skip = helper.make_node("SkipSimplifiedLayerNormalization", ["X", "R", "W"], ["Y", "", "", "H"],
+                            domain="com.microsoft", epsilon=EPS)
+    return {
+        "composed": decomposed_model("AddRMSNorm", cols),
+        "SkipSimplifiedLayerNormalization (com.microsoft)": _model(
+            [skip], _graph_inputs(opforge_spec.ADD_RMS_NORM, cols), [_weight(cols)],
+            opsets=(("", OPSET), ("com.microsoft", 1)), outputs=("Y", "H")),
+    }
+
+
 def _weight(cols: int):
     return onnx.numpy_helper.from_array((np.random.default_rng(0).random(cols) + 0.5)
                                         .astype(np.float32), "W")
 
 
+def _graph_inputs(spec: opforge_spec.OpSpec, cols: int) -> list:
+    """(name, shape) of the op's graph inputs by the spec's shape rule: X and a residual R of its
+    shape; a weight W is an initializer instead."""
+    shape = ["n"] if spec.layout == "elementwise" else ["rows", spec.split * cols]
+    return [(name, shape) for name in spec.inputs if name != "W"]
+
+
+def _initializers(spec: opforge_spec.OpSpec, cols: int) -> list:
+    return [_weight(cols)] if "W" in spec.inputs else []
+
+
 def opforge_model(op: str, cols: int = COLS) -> bytes:
-    """One opforge node with the spec's attribute defaults; X by the spec's shape rule, W (a
-    per-column weight) an initializer, as in the composed graphs."""
+    """One opforge node with the spec's attribute defaults; X (and R) by the spec's shape rule,
+    W (a per-column weight) an initializer, as in the composed graphs."""
     spec = opforge_spec.OPS[op]
-    x = [("X", ["n"] if spec.layout == "elementwise" else ["rows", spec.split * cols])]
-    node = helper.make_node(op, list(spec.inputs), ["Y"], domain=opforge_spec.DOMAIN, **spec.defaults())
-    return _model([node], x, [_weight(cols)] if len(spec.inputs) == 2 else [],
-                  opsets=(("", OPSET), (opforge_spec.DOMAIN, opforge_spec.DOMAIN_VERSION)))
+    node = helper.make_node(op, list(spec.inputs), list(spec.outputs), domain=opforge_spec.DOMAIN,
+                            **spec.defaults())
+    return _model([node], _graph_inputs(spec, cols), _initializers(spec, cols),
+                  opsets=(("", OPSET), (opforge_spec.DOMAIN, opforge_spec.DOMAIN_VERSION)),
+                  outputs=spec.outputs)
 
 
-# ORT's own forms of an op (composed graph, fused contrib ops) that opforge_ort competes with.
-COMPETITORS = {"Swish": swish_models, "RMSNorm": rms_norm_models, "SwiGLU": swiglu_models}
-MODELS = {op: (lambda cols=COLS, op=op: {**(COMPETITORS[op](cols) if op in COMPETITORS else {}),
+class GraphEmitter:
+    """The emitter the spec's decomposed forms are written against (OpSpec.decomposed), over
+    onnx.helper: float32 constants as initializers, ReduceMean's axes by OPSET."""
+
+    def __init__(self):
+        self.nodes, self.initializers = [], []
+
+    def _name(self, prefix: str) -> str:
+        return f"{prefix}_{len(self.nodes) + len(self.initializers)}"
+
+    def op(self, op_type, *inputs, **attributes):
+        out = self._name(op_type)
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attributes))
+        return out
+
+    def _constant(self, array) -> str:
+        name = self._name("const")
+        self.initializers.append(onnx.numpy_helper.from_array(array, name))
+        return name
+
+    def scalar(self, value, like):
+        return self._constant(np.array(value, np.float32))
+
+    def ints(self, values):
+        return self._constant(np.array(values, np.int64))
+
+    def reduce_mean(self, x, axes):
+        if OPSET >= 18:
+            return self.op("ReduceMean", x, self.ints(axes), keepdims=1)
+        return self.op("ReduceMean", x, axes=list(axes), keepdims=1)
+
+    def tiny(self, like):
+        return self.scalar(np.finfo(np.float32).tiny, like)
+
+    def rename(self, old: str, new: str) -> None:
+        for node in self.nodes:
+            node.input[:] = [new if i == old else i for i in node.input]
+            node.output[:] = [new if o == old else o for o in node.output]
+
+
+def decomposed_model(op: str, cols: int = COLS) -> bytes:
+    """The op in standard ONNX ops as torch's exporters write it (the spec's decomposed form,
+    the spec's attribute defaults), its outputs named as the op's."""
+    spec = opforge_spec.OPS[op]
+    e = GraphEmitter()
+    returned = spec.decomposed(e, *spec.inputs, **spec.defaults())
+    for tensor, name in zip(returned if len(spec.outputs) > 1 else (returned,), spec.outputs):
+        e.rename(tensor, name)
+    return _model(e.nodes, _graph_inputs(spec, cols), [*_initializers(spec, cols), *e.initializers],
+                  outputs=spec.outputs)
+
+
+# ORT's own forms of an op (composed graph, fused contrib ops) that opforge_ort competes with;
+# any other op is timed against its decomposed form.
+COMPETITORS = {"Swish": swish_models, "RMSNorm": rms_norm_models, "SwiGLU": swiglu_models,
+               "AddRMSNorm": add_rms_norm_models}
+
+
+def _their_models(op: str, cols: int) -> dict:
+    return COMPETITORS[op](cols) if op in COMPETITORS else {"composed": decomposed_model(op, cols)}
+
+
+MODELS = {op: (lambda cols=COLS, op=op: {**_their_models(op, cols),
                                         "opforge_ort": opforge_model(op, cols)})
           for op in opforge_spec.OPS}
 
@@ -144,12 +231,26 @@ def optimized_graph(model: bytes, level, lib) -> list:
 
 
 def runners(sess, inp: dict, op: str) -> dict:
-    """{"prealloc": fn, "alloc": fn} for one session on the shared arrays (torch_variants.inputs)."""
-    x, y = inp["x"].numpy(), inp["y"].numpy()
+    """{"prealloc": fn, "alloc": fn} for one session on the shared arrays (torch_variants.inputs);
+    each returns the op's outputs (a list for an op of several)."""
+    spec = opforge_spec.OPS[op]
+    feeds = {name: inp[INPUT_KEYS[name]].numpy() for name in spec.inputs if name != "W"}
+    outputs = [inp[OUTPUT_KEYS[name]].numpy() for name in spec.outputs]
     binding = sess.io_binding()
-    binding.bind_cpu_input("X", x)
-    # An OrtValue over y (binding the raw pointer makes ORT 1.32 abort in BFCArena on the
-    # unfused RMSNorm graph at ORT_DISABLE_ALL).
-    binding.bind_ortvalue_output("Y", ort.OrtValue.ortvalue_from_numpy(y))
-    return {"prealloc": lambda: sess.run_with_iobinding(binding) or y,
-            "alloc": lambda: sess.run(["Y"], {"X": x})[0]}
+    for name, array in feeds.items():
+        binding.bind_cpu_input(name, array)
+    # An OrtValue over each output (binding the raw pointer makes ORT 1.32 abort in BFCArena on
+    # the unfused RMSNorm graph at ORT_DISABLE_ALL).
+    for name, array in zip(spec.outputs, outputs):
+        binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(array))
+    single = len(spec.outputs) == 1
+
+    def prealloc():
+        sess.run_with_iobinding(binding)
+        return outputs[0] if single else outputs
+
+    def alloc():
+        got = sess.run(list(spec.outputs), feeds)
+        return got[0] if single else got
+
+    return {"prealloc": prealloc, "alloc": alloc}

@@ -5,11 +5,13 @@ import json
 import re
 from pathlib import Path
 
+import opforge_spec
+
 # (id, op, layer, ours (variant, allocating), theirs [(variant, allocating)], bar, text).
 # Like is compared with like: torch ratios between allocating variants (and the .out overloads
 # against copy_ into a preallocated buffer); ORT ratios between IOBinding runs into preallocated
 # outputs.
-OPS = ("Swish", "RMSNorm", "SwiGLU")
+OPS = tuple(opforge_spec.OPS)  # tables, plots and numbers: every op a run measured
 MEMCPY = "memcpy (torch copy_)"
 TARGETS = (
     ("swish_torch_vs_composed", "Swish", "torch", ("opforge_torch", True),
@@ -36,7 +38,27 @@ TARGETS = (
     ("rmsnorm_ort_vs_contrib", "RMSNorm", "ort", ("opforge_ort", False),
      [("SimplifiedLayerNormalization", False), ("composed (ORT_ENABLE_ALL)", False)], 0.9,
      "opforge_ort RMSNorm >= 0.9x ORT's fused contrib op"),
+    # AddRMSNorm against the residual add and RMSNorm as users write them without the fused op
+    ("addrmsnorm_torch_vs_composed", "AddRMSNorm", "torch", ("opforge_torch", True),
+     [("torch composed x + r, RMSNorm", True)], 1.3,
+     "opforge_torch add_rms_norm >= 1.3x composed x + r, then the composed RMSNorm"),
+    ("addrmsnorm_torch_vs_opforge_rms_norm", "AddRMSNorm", "torch", ("opforge_torch", True),
+     [("x + r, opforge rms_norm", True)], 1.0,
+     "opforge_torch add_rms_norm >= 1.0x x + r, then opforge rms_norm"),
+    ("addrmsnorm_torch_out_vs_opforge_rms_norm_out", "AddRMSNorm", "torch",
+     ("opforge_torch out=", False), [("x + r, opforge rms_norm out=", False)], 1.0,
+     "opforge_torch add_rms_norm.out >= 1.0x torch.add(out=), then opforge rms_norm.out"),
+    ("addrmsnorm_torch_vs_f_rms_norm", "AddRMSNorm", "torch", ("opforge_torch", True),
+     [("x + r, F.rms_norm", True)], 1.0, "opforge_torch add_rms_norm >= 1.0x x + r, then F.rms_norm"),
+    ("addrmsnorm_ort_vs_composed", "AddRMSNorm", "ort", ("opforge_ort", False),
+     [("composed (ORT_ENABLE_ALL)", False)], 1.3,
+     "opforge_ort AddRMSNorm >= 1.3x ORT's Add + RMSNorm graph at ORT_ENABLE_ALL"),
+    ("addrmsnorm_ort_vs_contrib", "AddRMSNorm", "ort", ("opforge_ort", False),
+     [("SkipSimplifiedLayerNormalization (com.microsoft)", False)], 0.9,
+     "opforge_ort AddRMSNorm >= 0.9x ORT's fused contrib op SkipSimplifiedLayerNormalization"),
 )
+# What a run measures unless told (--ops): the ops the targets judge.
+DEFAULT_OPS = tuple(dict.fromkeys(t[1] for t in TARGETS))
 MEMCPY_BAR = 0.5
 
 

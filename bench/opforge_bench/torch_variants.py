@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 COLS = 4096  # a row op's row length, a split op's part (a common hidden size)
-EPS = 1e-6
+EPS = opforge_spec.RMS_NORM.defaults()["epsilon"]  # the norms' default (AddRMSNorm's too)
 
 
 def available() -> str:
@@ -41,10 +41,23 @@ def output_shape(op: str, n: int) -> tuple:
 
 
 def inputs(op: str, n: int) -> dict:
-    """The arrays every variant of (op, n) shares: x, w (RMSNorm), y (preallocated output), tmp."""
+    """The arrays every variant of (op, n) shares: x, w (a per-column weight), r (a residual of
+    X's shape), y (preallocated output), h (a second output of X's shape), tmp; r and h only
+    for an op that has them."""
+    spec = opforge_spec.OPS[op]
     x = torch.randn(*input_shape(op, n))
     y = torch.empty(*output_shape(op, n))
-    return {"x": x, "y": y, "w": torch.rand(COLS) + 0.5, "tmp": torch.empty_like(y)}
+    out = {"x": x, "y": y, "w": torch.rand(COLS) + 0.5, "tmp": torch.empty_like(y)}
+    if "R" in spec.inputs:
+        out["r"] = torch.randn_like(x)
+    if len(spec.outputs) > 1:
+        out["h"] = torch.empty_like(x)
+    return out
+
+
+# The shared arrays by the spec's names of an op's inputs and outputs.
+INPUT_KEYS = {"X": "x", "R": "r", "W": "w"}
+OUTPUT_KEYS = {"Y": "y", "H": "h"}
 
 
 def swish_variants(inp: dict) -> dict:
@@ -88,6 +101,23 @@ def swiglu_variants(inp: dict) -> dict:
     return out
 
 
+def add_rms_norm_variants(inp: dict) -> dict:
+    """The residual add, then RMSNorm, as a decoder writes it without a fused op: the spec's
+    composed RMSNorm, opforge's own rms_norm, torch's F.rms_norm (where this torch has it)."""
+    x, r, w, y, h = inp["x"], inp["r"], inp["w"], inp["y"], inp["h"]
+    composed = opforge_spec.ADD_RMS_NORM.composed  # x + r, then the spec's composed RMSNorm
+    out = {"torch composed x + r, RMSNorm": (lambda: composed(x, r, w, EPS), True)}
+    if not available():
+        rms_norm = torch.ops.opforge.rms_norm
+        out["x + r, opforge rms_norm"] = (lambda: rms_norm(x + r, w, EPS), True)
+        if has_out_overloads():
+            out["x + r, opforge rms_norm out="] = (
+                lambda: rms_norm.out(torch.add(x, r, out=h), w, EPS, out=y), False)
+    if hasattr(F, "rms_norm"):
+        out["x + r, F.rms_norm"] = (lambda: F.rms_norm(x + r, (COLS,), w, EPS), True)
+    return out
+
+
 def memcpy(inp: dict):
     """copy_ of as many elements as the op's output holds (the bytes of one read + one write)."""
     dst = inp["y"].view(-1)
@@ -102,6 +132,10 @@ def not_measured(op: str) -> dict:
         reasons["F.rms_norm out="] = "torch has no out= variant of rms_norm"
     if op == "SwiGLU":
         reasons["a torch SwiGLU"] = "torch has no fused SwiGLU op (F.silu(a) * b is the composed form)"
+    if op == "AddRMSNorm":
+        reasons["a torch add + RMSNorm"] = "torch has no fused residual add + RMSNorm op"
+        if not hasattr(F, "rms_norm"):
+            reasons["x + r, F.rms_norm"] = f"torch {torch.__version__} has no F.rms_norm"
     if available():
         reasons["opforge_torch"] = available()
     elif not has_out_overloads():
@@ -114,23 +148,32 @@ def set_threads(n: int) -> None:
 
 
 # torch's own forms of an op beside its composed form (what opforge_torch competes with).
-COMPETITORS = {"Swish": swish_variants, "RMSNorm": rms_norm_variants, "SwiGLU": swiglu_variants}
+COMPETITORS = {"Swish": swish_variants, "RMSNorm": rms_norm_variants, "SwiGLU": swiglu_variants,
+               "AddRMSNorm": add_rms_norm_variants}
 
 
 def _tensors(spec: opforge_spec.OpSpec, inp: dict) -> tuple:
-    return (inp["x"], inp["w"])[: len(spec.inputs)]
+    return tuple(inp[INPUT_KEYS[name]] for name in spec.inputs)
+
+
+def _out_arguments(spec: opforge_spec.OpSpec, inp: dict) -> dict:
+    """The .out overload's keywords: `out` for one output, `<output>_out` for each of several
+    (the generated schemas' convention)."""
+    if len(spec.outputs) == 1:
+        return {"out": inp["y"]}
+    return {f"{name.lower()}_out": inp[OUTPUT_KEYS[name]] for name in spec.outputs}
 
 
 def opforge_variants(op: str, inp: dict) -> dict:
     """opforge_torch's op (the spec's attribute defaults) and its .out overload, for every op."""
     spec = opforge_spec.OPS[op]
-    tensors, attrs, y = _tensors(spec, inp), tuple(spec.defaults().values()), inp["y"]
+    tensors, attrs = _tensors(spec, inp), tuple(spec.defaults().values())
     if available() or not hasattr(torch.ops.opforge, spec.torch_name):
         return {}
-    fused = getattr(torch.ops.opforge, spec.torch_name)
+    fused, outs = getattr(torch.ops.opforge, spec.torch_name), _out_arguments(spec, inp)
     out = {"opforge_torch": (lambda: fused(*tensors, *attrs), True)}
     if has_out_overloads():
-        out["opforge_torch out="] = (lambda: fused.out(*tensors, *attrs, out=y), False)
+        out["opforge_torch out="] = (lambda: fused.out(*tensors, *attrs, **outs), False)
     return out
 
 
