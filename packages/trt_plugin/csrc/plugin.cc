@@ -46,6 +46,26 @@ std::string type_name(DataType type) {
 
 constexpr char kSupportedTypes[] = "float32, float16 or bfloat16 tensor";
 
+// The most tensor inputs of any op (X[, R][, W]): the size of the dims arrays below.
+constexpr int32_t most_inputs() {
+  int32_t most = 0;
+  for (const kernels::OpDesc* op : kernels::kOps) most = op->nb_inputs > most ? op->nb_inputs : most;
+  return most;
+}
+constexpr int32_t kMaxInputs = most_inputs();
+
+// Entry i of a descriptor's name list ("X, R, W": 1 -> "R"), for messages.
+std::string nth_name(const char* list, int32_t i) {
+  const std::string names = list;
+  size_t begin = 0;
+  for (int32_t k = 0; k < i && begin != std::string::npos; ++k) {
+    const size_t comma = names.find(',', begin);
+    begin = comma == std::string::npos ? comma : names.find_first_not_of(' ', comma + 1);
+  }
+  if (begin == std::string::npos) return "input " + std::to_string(i);
+  return names.substr(begin, names.find(',', begin) - begin);
+}
+
 int64_t volume(const Dims& dims) {
   int64_t n = 1;
   for (int32_t i = 0; i < dims.nbDims; ++i) n *= dims.d[i];
@@ -80,8 +100,9 @@ int32_t Plugin::check_counts(int32_t nbInputs, int32_t nbOutputs) const noexcept
            std::to_string(nbInputs));
     return -1;
   }
-  if (nbOutputs != 1) {
-    report(spec_->name, "outputs", "1 (Y)", std::to_string(nbOutputs));
+  if (nbOutputs != spec_->nb_outputs) {
+    report(spec_->name, "outputs", std::to_string(spec_->nb_outputs) + " (" + spec_->outputs + ")",
+           std::to_string(nbOutputs));
     return -1;
   }
   return 0;
@@ -97,12 +118,12 @@ int32_t Plugin::getOutputDataTypes(DataType* outputTypes, int32_t nbOutputs, con
   }
   for (int32_t i = 1; i < nbInputs; ++i) {
     if (inputTypes[i] != inputTypes[0]) {
-      report(spec_->name, "W", type_name(inputTypes[0]) + " tensor (same type as X)",
+      report(spec_->name, nth_name(spec_->inputs, i), type_name(inputTypes[0]) + " tensor (same type as X)",
              type_name(inputTypes[i]) + " tensor");
       return -1;
     }
   }
-  outputTypes[0] = inputTypes[0];
+  for (int32_t i = 0; i < nbOutputs; ++i) outputTypes[i] = inputTypes[0];  // Y[, H]: X's type
   return 0;
 }
 
@@ -111,7 +132,7 @@ int32_t Plugin::getOutputShapes(const nvinfer1::DimsExprs* inputs, int32_t nbInp
                                 nvinfer1::IExprBuilder& builder) noexcept {
   // A pure function of the input dims. Constant extents are checked too.
   if (check_counts(nbInputs, nbOutputs) != 0) return -1;
-  Dims known[2]{};
+  Dims known[kMaxInputs]{};
   for (int32_t i = 0; i < nbInputs; ++i) {
     known[i].nbDims = inputs[i].nbDims;
     for (int32_t k = 0; k < inputs[i].nbDims; ++k) {
@@ -126,6 +147,7 @@ int32_t Plugin::getOutputShapes(const nvinfer1::DimsExprs* inputs, int32_t nbInp
     outputs[0].d[last] = builder.operation(nvinfer1::DimensionOperation::kFLOOR_DIV, *inputs[0].d[last],
                                            *builder.constant(spec_->split));
   }
+  for (int32_t i = 1; i < nbOutputs; ++i) outputs[i] = inputs[0];  // H: X's dims
   return 0;
 }
 
@@ -133,8 +155,12 @@ int32_t Plugin::check_dims(const Dims* inputs) const noexcept {
   try {
     const Dims& x = inputs[0];
     std::string error = kernels::x_shape_error(*spec_, x.d, x.nbDims, "a rank-0 tensor (scalar)");
-    if (error.empty() && spec_->nb_inputs > 1)
-      error = kernels::w_shape_error(*spec_, x.d, x.nbDims, inputs[1].d, inputs[1].nbDims);
+    if (error.empty() && kernels::has_residual(*spec_))
+      error = kernels::r_shape_error(*spec_, x.d, x.nbDims, inputs[1].d, inputs[1].nbDims);
+    if (error.empty() && kernels::has_weight(*spec_)) {
+      const Dims& w = inputs[spec_->nb_inputs - 1];
+      error = kernels::w_shape_error(*spec_, x.d, x.nbDims, w.d, w.nbDims);
+    }
     if (error.empty()) return 0;
     log(nvinfer1::ILogger::Severity::kERROR, error);
   } catch (...) {  // std::string allocation: never let it cross into TensorRT
@@ -144,17 +170,18 @@ int32_t Plugin::check_dims(const Dims* inputs) const noexcept {
 
 bool Plugin::supportsFormatCombination(int32_t pos, const nvinfer1::DynamicPluginTensorDesc* inOut, int32_t nbInputs,
                                        int32_t nbOutputs) noexcept {
+  if (nbInputs != spec_->nb_inputs || nbOutputs != spec_->nb_outputs) return false;
   if (pos < 0 || pos >= nbInputs + nbOutputs) return false;
   const nvinfer1::PluginTensorDesc& desc = inOut[pos].desc;
   cuda::Element element;
   if (desc.format != TensorFormat::kLINEAR || !to_element(desc.type, &element)) return false;
-  return pos == 0 || desc.type == inOut[0].desc.type;  // W and Y take X's type
+  return pos == 0 || desc.type == inOut[0].desc.type;  // every other input and output takes X's type
 }
 
 int32_t Plugin::configurePlugin(const nvinfer1::DynamicPluginTensorDesc* in, int32_t nbInputs,
                                 const nvinfer1::DynamicPluginTensorDesc*, int32_t nbOutputs) noexcept {
   if (check_counts(nbInputs, nbOutputs) != 0) return -1;
-  Dims dims[2]{};
+  Dims dims[kMaxInputs]{};
   for (int32_t i = 0; i < nbInputs; ++i) dims[i] = in[i].desc.dims;
   return check_dims(dims);
 }
@@ -164,8 +191,12 @@ int32_t Plugin::configurePlugin(const nvinfer1::DynamicPluginTensorDesc* in, int
 int32_t Plugin::onShapeChange(const nvinfer1::PluginTensorDesc* in, int32_t nbInputs,
                               const nvinfer1::PluginTensorDesc*, int32_t nbOutputs) noexcept {
   if (check_counts(nbInputs, nbOutputs) != 0) return -1;
-  Dims dims[2]{};
-  for (int32_t i = 0; i < nbInputs; ++i) dims[i] = in[i].dims;
+  return check_dims(in);
+}
+
+int32_t Plugin::check_dims(const nvinfer1::PluginTensorDesc* in) const noexcept {
+  Dims dims[kMaxInputs]{};
+  for (int32_t i = 0; i < spec_->nb_inputs; ++i) dims[i] = in[i].dims;
   return check_dims(dims);
 }
 
@@ -176,6 +207,9 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
     report(spec_->name, "X", kSupportedTypes, type_name(inputDesc[0].type) + " tensor");
     return -1;
   }
+  // The kernels index R and W by X's dims: shapes TensorRT only learns at runtime are checked
+  // here too, before any launch.
+  if (check_dims(inputDesc) != 0) return -1;
   const Dims& x = inputDesc[0].dims;
   if (volume(x) == 0) return 0;  // empty X (cols may be 0): nothing to do
   // Before the first launch on a device: a GPU this build has no code for is named, never left to
@@ -185,6 +219,7 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
     return -1;
   }
   const kernels::RowView v = kernels::row_view(*spec_, x.d, x.nbDims);
+  // inputs X[, R][, W] and outputs Y[, H], in the descriptor's order, as TensorRT hands them over
   const cudaError_t status = cuda::forward(*spec_, element, inputs, outputs, v.rows, v.cols, attrs_, stream);
   if (status != cudaSuccess) {
     report(spec_->name, "CUDA kernel launch", "cudaSuccess",

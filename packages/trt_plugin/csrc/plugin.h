@@ -1,6 +1,7 @@
-// IPluginV3 plugins for the opforge ops: one class for every op (its float attributes, one output,
-// LINEAR float/half/bf16 tensors, serialization as fields), driven by the op's generated descriptor
-// (input checks, output shape: shapes.h) and its CUDA launcher (cuda_launch.cu).
+// IPluginV3 plugins for the opforge ops: one class for every op (its float attributes, LINEAR
+// float/half/bf16 tensors, serialization as fields), driven by the op's generated descriptor: its
+// inputs X[, R][, W] and outputs Y[, H] (counts, input checks, output shapes: shapes.h) and its
+// CUDA launcher (cuda_launch.cu).
 #pragma once
 
 #include <NvInferRuntime.h>
@@ -45,7 +46,7 @@ class Plugin final : public nvinfer1::IPluginV3,
   const char* getPluginNamespace() const noexcept override { return kNamespace; }
 
   // IPluginV3OneBuild
-  int32_t getNbOutputs() const noexcept override { return 1; }
+  int32_t getNbOutputs() const noexcept override { return spec_->nb_outputs; }
   int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs, const nvinfer1::DataType* inputTypes,
                              int32_t nbInputs) const noexcept override;
   int32_t getOutputShapes(const nvinfer1::DimsExprs* inputs, int32_t nbInputs, const nvinfer1::DimsExprs* shapeInputs,
@@ -66,8 +67,10 @@ class Plugin final : public nvinfer1::IPluginV3,
   const nvinfer1::PluginFieldCollection* getFieldsToSerialize() noexcept override;
 
  private:
-  // Checks the input dims (entries may be -1: unknown at build time); 0, or reports and returns -1.
+  // Checks the dims of the op's inputs (entries may be -1: unknown at build time); 0, or reports
+  // and returns -1.
   int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept;
+  int32_t check_dims(const nvinfer1::PluginTensorDesc* inputs) const noexcept;
   int32_t check_counts(int32_t nbInputs, int32_t nbOutputs) const noexcept;
 
   const OpSpec* spec_;

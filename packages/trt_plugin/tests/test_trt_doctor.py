@@ -31,16 +31,18 @@ def _broken(tmp_path, old: bytes, new: bytes, name="libopforge_trt.so.1") -> str
 
 
 def test_healthy_library_lists_its_creators():
+    """One creator per op of the spec, each declaring the op's attributes (float32[1], its default)."""
     report = doctor.diagnose(with_tensorrt=False)
     assert report.codes() == []
     creators = {(c["namespace"], c["name"], c["version"]): c["fields"] for c in report.creators}
-    assert set(creators) == {("opforge", "Swish", "1"), ("opforge", "RMSNorm", "1"), ("opforge", "SwiGLU", "1"),
-                             ("opforge", "GeGLU", "1")}
+    assert set(creators) == {(opforge_trt.NAMESPACE, name, opforge_trt.PLUGIN_VERSION) for name in opforge_trt.OPS}
+    for name, attributes in opforge_trt.ATTRIBUTES.items():
+        fields = creators[(opforge_trt.NAMESPACE, name, opforge_trt.PLUGIN_VERSION)]
+        assert [(f["name"], f["type"], f["length"]) for f in fields] == [(a, "float32", 1) for a, _ in attributes], name
+        for field, (_, default) in zip(fields, attributes):
+            assert abs(field["default"] - default) <= 1e-7 * abs(default), (name, field)  # float32 of the default
     assert creators[("opforge", "GeGLU", "1")] == []  # no attribute: no field
-    assert creators[("opforge", "SwiGLU", "1")] == [{"name": "beta", "type": "float32", "length": 1, "default": 1.0}]
     assert creators[("opforge", "Swish", "1")] == [{"name": "beta", "type": "float32", "length": 1, "default": 1.0}]
-    assert creators[("opforge", "RMSNorm", "1")][0]["name"] == "epsilon"
-    assert abs(creators[("opforge", "RMSNorm", "1")][0]["default"] - 1e-6) < 1e-12
 
 
 def test_cli_exit_status_and_load_hint(tmp_path):
@@ -99,16 +101,21 @@ def test_logger_finder_missing(tmp_path):
 
 
 def test_creator_missing(tmp_path):
+    # the bytes "RMSNorm\0" end every op name ending in RMSNorm (AddRMSNorm too): one problem each
+    renamed = [name for name in opforge_trt.OPS if name.endswith("RMSNorm")]
     report = doctor.diagnose(_broken(tmp_path, b"RMSNorm\0", b"RMSNorn\0"))
-    assert report.codes() == ["creator-missing"]
-    assert "no creator opforge::RMSNorm version 1" in report.problems[0].message
-    assert "opforge::RMSNorn v1" in report.problems[0].message  # what the library has instead
+    assert report.codes() == ["creator-missing"] * len(renamed)
+    problem = next(p for p in report.problems if "opforge::RMSNorm " in p.message)
+    assert "no creator opforge::RMSNorm version 1" in problem.message
+    assert "opforge::RMSNorn v1" in problem.message  # what the library has instead
 
 
 def test_field_missing(tmp_path):
+    # one field-missing per op with an epsilon field (RMSNorm, AddRMSNorm): the name is shared
+    with_epsilon = [name for name, fields in opforge_trt.OPS.items() if "epsilon" in fields]
     report = doctor.diagnose(_broken(tmp_path, b"epsilon\0", b"epsilom\0"))
-    assert report.codes() == ["field-missing"]
-    assert "'epsilon'" in report.problems[0].message
+    assert report.codes() == ["field-missing"] * len(with_epsilon)
+    assert all("'epsilon'" in p.message for p in report.problems)
 
 
 def test_manifest_mismatch(tmp_path):

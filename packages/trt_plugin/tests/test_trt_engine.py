@@ -50,14 +50,15 @@ def _Logger(trt):
 ONNX_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
 
 
-def _model(op: str, dtype: str, shapes: list, **attrs) -> bytes:
-    names = ["X", "W"][: len(shapes)]
+def _model(op, dtype: str, inputs: list, **attrs) -> bytes:
+    """One opforge node with the op's inputs (X[, R][, W], of these arrays' shapes) and outputs
+    (Y[, H], shapes left to TensorRT's inference) as the graph's."""
     attrs = {k: float(v) for k, v in attrs.items()}  # FLOAT attributes, as the exporters write them
-    node = helper.make_node(op, names, ["Y"], domain="opforge", name=f"{op}_0", **attrs)
+    node = helper.make_node(op.name, list(op.inputs), list(op.outputs), domain="opforge", name=f"{op.name}_0", **attrs)
     graph = helper.make_graph(
-        [node], f"{op}_graph",
-        [helper.make_tensor_value_info(n, ONNX_TYPES[dtype], list(s)) for n, s in zip(names, shapes)],
-        [helper.make_tensor_value_info("Y", ONNX_TYPES[dtype], list(shapes[0]))])
+        [node], f"{op.name}_graph",
+        [helper.make_tensor_value_info(n, ONNX_TYPES[dtype], list(np.shape(a))) for n, a in zip(op.inputs, inputs)],
+        [helper.make_tensor_value_info(n, ONNX_TYPES[dtype], None) for n in op.outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("opforge", 1)])
     return model.SerializeToString()
 
@@ -75,7 +76,13 @@ def _engine(trt, model: bytes, logger):
     return trt.Runtime(logger).deserialize_cuda_engine(plan), []
 
 
-def _execute(trt, engine, inputs: dict, out_shape, dtype):
+def _output_shapes(op, x_shape) -> list:
+    """Y by the op's shape rule, then H (a second output) of X's shape."""
+    return [spec.output_shape(op, x_shape)] + [tuple(x_shape)] * (len(op.outputs) - 1)
+
+
+def _execute(trt, engine, op, inputs: list, dtype):
+    """The op's outputs (one array, or a tuple Y, H) from one execution of the engine."""
     cudart = _cudart()
     cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
     cudart.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -88,48 +95,66 @@ def _execute(trt, engine, inputs: dict, out_shape, dtype):
         buffers.append(ptr)
         return ptr
 
-    for name, value in inputs.items():
+    for name, value in zip(op.inputs, inputs):
         a = np.ascontiguousarray(value, dtype)
         ptr = device(a.nbytes)
         assert cudart.cudaMemcpy(ptr, a.ctypes.data, a.nbytes, 1) == 0  # host to device
         context.set_tensor_address(name, ptr.value)
-    y = np.empty(out_shape, dtype)
-    out = device(y.nbytes)
-    context.set_tensor_address("Y", out.value)
+    outputs = [np.empty(shape, dtype) for shape in _output_shapes(op, np.shape(inputs[0]))]
+    pointers = [device(y.nbytes) for y in outputs]
+    for name, ptr in zip(op.outputs, pointers):
+        context.set_tensor_address(name, ptr.value)
     assert context.execute_async_v3(0)
     assert cudart.cudaDeviceSynchronize() == 0
-    assert cudart.cudaMemcpy(y.ctypes.data, out, y.nbytes, 2) == 0  # device to host
+    for y, ptr in zip(outputs, pointers):
+        assert cudart.cudaMemcpy(y.ctypes.data, ptr, y.nbytes, 2) == 0  # device to host
     for ptr in buffers:
         cudart.cudaFree(ptr)
-    return y
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def _cases(op, names):
-    return [pytest.param(dtype, case, id=f"{dtype}-{case.name}") for dtype in ONNX_TYPES
-            for case in op.cases(dtype) if case.name in names]
+def _cases():
+    """Every op of the spec, its cases TensorRT can hold: dense and non-empty tensors."""
+    return [pytest.param(op, dtype, case, id=f"{op.name}-{dtype}-{case.name}") for op in spec.OPS.values()
+            for dtype in ONNX_TYPES for case in op.cases(dtype)
+            if not case.non_contiguous and all(np.size(a) > 0 for a in case.inputs)]
 
 
-@pytest.mark.parametrize("dtype,case", _cases(spec.SWISH, {"random", "beta_1.7", "huge_pm_1e4", "nan_inf", "batch1"}))
-def test_engine_swish(trt, dtype, case):
-    (x,) = case.inputs
-    engine, errors = _engine(trt, _model("Swish", dtype, [x.shape], **case.attrs), _Logger(trt))
+@pytest.mark.parametrize("op,dtype,case", _cases())
+def test_engine_matches_the_spec(trt, op, dtype, case):
+    """Parsed from ONNX, built, serialized and deserialized (the plugins rebuilt from their fields),
+    run: each output (Y[, H]) against the float64 reference."""
+    engine, errors = _engine(trt, _model(op, dtype, list(case.inputs), **case.attrs), _Logger(trt))
     assert engine is not None, errors
-    y = _execute(trt, engine, {"X": x}, x.shape, dtype)
-    spec.SWISH.check_close(y, spec.SWISH.reference(x, **case.attrs), dtype, (x,), case.name)
+    actual = _execute(trt, engine, op, list(case.inputs), dtype)
+    op.check_close(actual, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
 
 
-@pytest.mark.parametrize("dtype,case", _cases(spec.RMS_NORM, {"random", "rank3_odd", "zero_rows_eps0", "nan_inf", "large"}))
-def test_engine_rms_norm(trt, dtype, case):
-    x, w = case.inputs
-    engine, errors = _engine(trt, _model("RMSNorm", dtype, [x.shape, w.shape], **case.attrs), _Logger(trt))
-    assert engine is not None, errors
-    y = _execute(trt, engine, {"X": x, "W": w}, x.shape, dtype)
-    spec.RMS_NORM.check_close(y, spec.RMS_NORM.reference(x, w, **case.attrs), dtype, (x,), case.name)
+def _bad_shape_cases():
+    """The spec's bad inputs of a float type and no bad attribute: refused by the plugin itself
+    (getOutputShapes), not by the parser."""
+    return [pytest.param(op, case, id=f"{op.name}-{case.name}") for op in spec.OPS.values() for case in op.bad_cases()
+            if not case.attrs and all(np.asarray(a).dtype == np.float32 for a in case.inputs)]
+
+
+@pytest.mark.parametrize("op,case", _bad_shape_cases())
+def test_engine_refuses_bad_shapes_with_the_canonical_message(trt, op, case):
+    logger = _Logger(trt)
+    engine, errors = _engine(trt, _model(op, "float32", list(case.inputs)), logger)
+    assert engine is None
+    text = "\n".join(errors + logger.lines)
+    assert f"opforge.{op.name}: " in text, text
+    for mention in case.mentions:
+        assert mention in text, (case.name, text)
+    if "R" in op.inputs and "R" in case.mentions:
+        assert op.r_error(np.shape(case.inputs[0]), np.shape(case.inputs[op.inputs.index("R")])) in text, text
 
 
 def test_engine_refuses_wrong_w_with_the_canonical_message(trt):
     logger = _Logger(trt)
-    engine, errors = _engine(trt, _model("RMSNorm", "float32", [(4, 64), (32,)]), logger)
+    op = spec.RMS_NORM
+    engine, errors = _engine(trt, _model(op, "float32", [np.ones((4, 64), np.float32), np.ones(32, np.float32)]),
+                             logger)
     assert engine is None
     text = "\n".join(errors + logger.lines)
     assert "opforge.RMSNorm: W: expected 1-D tensor of length 64 (last dim of X), got shape [32]" in text, text

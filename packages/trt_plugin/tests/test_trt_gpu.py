@@ -1,5 +1,6 @@
-"""enqueue on a real GPU, without TensorRT: the test host creates each plugin, calls onShapeChange
-and enqueue on its own CUDA stream, and the outputs are checked against opforge_spec's references.
+"""enqueue on a real GPU, without TensorRT: the test host creates each plugin of the spec, calls
+onShapeChange and enqueue on its own CUDA stream, and every output is checked against
+opforge_spec's references.
 Skipped here (no GPU); runs on any machine with a GPU and a driver."""
 from __future__ import annotations
 
@@ -38,40 +39,35 @@ def _from_bytes(data: bytes, dtype: str, shape) -> np.ndarray:
     return np.frombuffer(data, dtype).reshape(shape)
 
 
-def _cases(op):
-    return [pytest.param(dtype, case, id=f"{dtype}-{case.name}") for dtype in TRT_TYPES
-            for case in op.cases(dtype) if not case.non_contiguous]
+def _cases():
+    return [pytest.param(op, dtype, case, id=f"{op.name}-{dtype}-{case.name}") for op in spec.OPS.values()
+            for dtype in TRT_TYPES for case in op.cases(dtype) if not case.non_contiguous]
+
+
+def _output_shapes(op, x_shape) -> list:
+    """Y by the op's shape rule, then H (a second output) of X's shape."""
+    return [spec.output_shape(op, x_shape)] + [tuple(x_shape)] * (len(op.outputs) - 1)
 
 
 def _run(host, tmp_path, op, dtype, case):
-    attr_name = next(iter(op.attributes))
-    attr = case.attrs.get(attr_name, op.attributes[attr_name].default)
-    args = [str(host), opforge_trt.library_path(), "run", op.name, str(TRT_TYPES[dtype]), repr(float(attr)),
-            str(tmp_path / "y.bin")]
-    for i, a in enumerate(case.inputs):
-        path = tmp_path / f"in{i}.bin"
+    """The op's outputs (one array, or a tuple Y, H) from one enqueue, and the float64 reference."""
+    attrs = ",".join(f"{name}={float(value)!r}" for name, value in case.attrs.items()) or "-"
+    outs = [tmp_path / f"{name}.bin" for name in op.outputs]
+    args = [str(host), opforge_trt.library_path(), "run", op.name, str(TRT_TYPES[dtype]), attrs,
+            ",".join(map(str, outs))]
+    for name, a in zip(op.inputs, case.inputs):
+        path = tmp_path / f"{name}.bin"
         path.write_bytes(_to_bytes(a, dtype))
         args += [str(path), ",".join(str(d) for d in np.shape(a))]
     run = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
-    x = case.inputs[0]
-    y_shape = spec.output_shape(op, np.shape(x))
-    return _from_bytes((tmp_path / "y.bin").read_bytes(), dtype, y_shape), op.reference(*case.inputs, **case.attrs)
+    got = tuple(_from_bytes(out.read_bytes(), dtype, shape)
+                for out, shape in zip(outs, _output_shapes(op, np.shape(case.inputs[0]))))
+    return got[0] if len(got) == 1 else got, op.reference(*case.inputs, **case.attrs)
 
 
-@pytest.mark.parametrize("dtype,case", _cases(spec.SWISH))
-def test_gpu_swish(gpu_host, tmp_path, dtype, case):
-    y, expected = _run(gpu_host, tmp_path, spec.SWISH, dtype, case)
-    spec.SWISH.check_close(y, expected, dtype, case.inputs, case.name)
-
-
-@pytest.mark.parametrize("dtype,case", _cases(spec.RMS_NORM))
-def test_gpu_rms_norm(gpu_host, tmp_path, dtype, case):
-    y, expected = _run(gpu_host, tmp_path, spec.RMS_NORM, dtype, case)
-    spec.RMS_NORM.check_close(y, expected, dtype, case.inputs, case.name)
-
-
-@pytest.mark.parametrize("dtype,case", _cases(spec.SWIGLU))
-def test_gpu_swiglu(gpu_host, tmp_path, dtype, case):
-    y, expected = _run(gpu_host, tmp_path, spec.SWIGLU, dtype, case)
-    spec.SWIGLU.check_close(y, expected, dtype, case.inputs, case.name)
+@pytest.mark.parametrize("op,dtype,case", _cases())
+def test_gpu_matches_the_spec(gpu_host, tmp_path, op, dtype, case):
+    """Every op of the spec, every case, each output (Y[, H]) against the float64 reference."""
+    actual, expected = _run(gpu_host, tmp_path, op, dtype, case)
+    op.check_close(actual, expected, dtype, case.inputs, case.name)

@@ -17,7 +17,8 @@ except ImportError:  # the spec-driven tests below skip; the host's own checks s
 CHECKS = ["creators", "roundtrip", "bad_fields", "formats", "shapes", "configure", "clone_attach", "enqueue",
           # field collections from outside (ONNX attributes, an engine's serialized state)
           "serialized_state", "field_structure", "float32_rule",
-          "swiglu"]  # output shape d from the symbolic [..., 2d], odd last dim and rank 0 refused
+          "swiglu",  # output shape d from the symbolic [..., 2d], odd last dim and rank 0 refused
+          "residual"]  # AddRMSNorm: X, R, W -> Y, H through every call that sees them; a wrong R refused
 
 
 def _run(host, check, *extra):
@@ -104,9 +105,13 @@ def test_spec_attribute_bad_cases(host, op, case, phase):
             assert mention in out, out
 
 
+def _ops_with_attributes():
+    return [name for name, op in opforge_spec.OPS.items() if op.attributes] if opforge_spec else []
+
+
 @needs_spec
 @pytest.mark.parametrize("phase", ["build", "runtime"])
-@pytest.mark.parametrize("op_name", ["Swish", "RMSNorm"])
+@pytest.mark.parametrize("op_name", _ops_with_attributes())
 def test_spec_attribute_defaults_and_good_values(host, op_name, phase):
     """A good value passes in both phases; an absent one is the spec's default at build time only."""
     op = opforge_spec.OPS[op_name]
@@ -118,3 +123,85 @@ def test_spec_attribute_defaults_and_good_values(host, op_name, phase):
         assert f"created {name}={opforge_spec.format_number(float(np.float32(attr.default)))}" in absent, absent
     else:  # an engine's state without it is incomplete
         assert "refused" in absent and f"opforge.{op_name}: {name}: expected one serialized float32 field" in absent
+
+
+# ---- every op of the spec: its fields, its outputs, its cases and bad inputs through the calls
+# TensorRT makes (`describe`, `infer` in trt_host.cc) ----------------------------------------
+
+TRT_TYPES = {"float32": 0, "float16": 1, "int32": 3, "bfloat16": 7, "int64": 8}  # nvinfer1::DataType
+FLOAT32_FIELD = 1  # nvinfer1::PluginFieldType::kFLOAT32
+
+
+def _ops():
+    return list(opforge_spec.OPS.values()) if opforge_spec else []
+
+
+def _output(line: str) -> tuple:
+    """"output I TYPE DIMS" -> (TYPE, shape)."""
+    _, _, dtype, *dims = line.split(" ")
+    return int(dtype), tuple(int(d) for d in (dims[0] if dims else "").split(",") if d)
+
+
+def _infer(host, op, inputs, dtype=None):
+    """What the plugin says about tensors of these shapes and types (dtype: all of them, else
+    each array's own): outputs [(type, shape)], the verdict ("accepted" or "refused <call>") and
+    the run's whole output."""
+    args = [f"{TRT_TYPES[dtype or np.asarray(a).dtype.name]}:{','.join(map(str, np.shape(a)))}" for a in inputs]
+    run = _run(host, "infer", op.name, *args)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    outputs = [_output(line) for line in lines if line.startswith("output ")]
+    verdict = next((line for line in lines if line == "accepted" or line.startswith("refused")), run.stdout)
+    return outputs, verdict, run.stdout
+
+
+@needs_spec
+@pytest.mark.parametrize("op", _ops(), ids=lambda op: op.name)
+def test_creator_fields_and_outputs_follow_the_spec(host, op):
+    """The creator declares the op's attributes (name, float32[1], default) in the spec's order; a
+    plugin has as many outputs as the spec's op."""
+    run = _run(host, "describe", op.name)
+    assert run.returncode == 0, run.stdout + run.stderr
+    fields = [line.split()[1:] for line in run.stdout.splitlines() if line.startswith("field ")]
+    expected = [[name, str(FLOAT32_FIELD), "1", opforge_spec.format_number(float(np.float32(attr.default)))]
+                for name, attr in op.attributes.items()]
+    assert fields == expected, run.stdout
+    assert f"outputs {len(op.outputs)}" in run.stdout.splitlines(), run.stdout
+
+
+def _cases():
+    return [pytest.param(op, dtype, case, id=f"{op.name}-{dtype}-{case.name}") for op in _ops()
+            for dtype in ("float32", "float16", "bfloat16") for case in op.cases(dtype) if not case.non_contiguous]
+
+
+@needs_spec
+@pytest.mark.parametrize("op,dtype,case", _cases())
+def test_spec_cases_infer_every_output(host, op, dtype, case):
+    """Each case's tensors pass every build and runtime call; the outputs are Y (the spec's
+    output_shape) then H (X's shape) for an op with two, all of X's type."""
+    outputs, verdict, text = _infer(host, op, case.inputs, dtype)
+    x_shape = np.shape(case.inputs[0])
+    wanted = [opforge_spec.output_shape(op, x_shape)] + [x_shape] * (len(op.outputs) - 1)
+    assert verdict == "accepted", text
+    assert outputs == [(TRT_TYPES[dtype], tuple(shape)) for shape in wanted], text
+
+
+def _shape_and_type_bad_cases():
+    return [pytest.param(op, case, id=f"{op.name}-{case.name}") for op in _ops() for case in op.bad_cases()
+            if not case.attrs]
+
+
+@needs_spec
+@pytest.mark.parametrize("op,case", _shape_and_type_bad_cases())
+def test_spec_bad_inputs_refused_at_build_time(host, op, case):
+    """A bad input the spec lists is refused while the network is built (known dims), with the
+    canonical message naming the op and the input; a wrong R with the spec's own text."""
+    _, verdict, text = _infer(host, op, case.inputs)
+    assert verdict in ("refused getOutputDataTypes", "refused getOutputShapes"), text
+    errors = [line for line in text.splitlines() if line.startswith(f"log[1] opforge.{op.name}: ")]
+    assert errors and ": expected " in errors[0] and ", got " in errors[0], text
+    for mention in case.mentions:
+        assert mention in errors[0], (case.name, text)
+    if "R" in op.inputs and "R" in case.mentions:
+        x, r = case.inputs[0], case.inputs[op.inputs.index("R")]
+        assert errors[0] == "log[1] " + op.r_error(np.shape(x), np.shape(r)), text

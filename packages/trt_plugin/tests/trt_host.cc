@@ -163,7 +163,7 @@ const char* const kWrongW = "opforge.RMSNorm: W: expected 1-D tensor of length 6
 // ---- the checks ------------------------------------------------------------------------------
 void check_creators() {
   struct Want { const char* name; const char* field; float value; };
-  for (Want w : {Want{"Swish", "beta", 1.0f}, Want{"RMSNorm", "epsilon", 1e-6f}}) {
+  for (Want w : {Want{"Swish", "beta", 1.0f}, Want{"RMSNorm", "epsilon", 1e-6f}, Want{"AddRMSNorm", "epsilon", 1e-6f}}) {
     IPluginCreatorV3One* c = g_creators.count(w.name) ? g_creators[w.name] : nullptr;
     expect(c != nullptr, std::string("creator ") + w.name + " registered");
     if (!c) continue;
@@ -181,7 +181,7 @@ void check_creators() {
 
 void check_roundtrip() {
   struct Case { const char* op; const char* field; float value; };
-  for (Case k : {Case{"Swish", "beta", 0.5f}, Case{"RMSNorm", "epsilon", 1e-5f}}) {
+  for (Case k : {Case{"Swish", "beta", 0.5f}, Case{"RMSNorm", "epsilon", 1e-5f}, Case{"AddRMSNorm", "epsilon", 1e-5f}}) {
     PluginPtr first(create(k.op, {float_field(k.field, &k.value)}));
     expect(first != nullptr, std::string(k.op) + " created from fields");
     if (!first) continue;
@@ -498,6 +498,119 @@ void check_swiglu() {
   expect(runtime(swiglu.get())->onShapeChange(zero_rank, 1, y, 1) != 0, "SwiGLU rank 0 refused at onShapeChange");
 }
 
+// AddRMSNorm: three inputs (X, R of X's shape, W) and two outputs (Y, H = X + R, both X's dims and
+// type), through every build and runtime call that sees the inputs and outputs.
+const char* const kWrongR = "opforge.AddRMSNorm: R: expected a tensor of shape [4, 64] (the shape of X), got shape [4, 32]";
+
+DimsExprs const_exprs(HostExprBuilder& b, std::initializer_list<int64_t> d) {
+  DimsExprs e{};
+  for (int64_t v : d) e.d[e.nbDims++] = b.constant(v);
+  return e;
+}
+
+void check_residual_types(IPluginV3* add) {
+  expect(build(add)->getNbOutputs() == 2, "AddRMSNorm has two outputs (Y, H)");
+  DataType out[2] = {DataType::kINT8, DataType::kINT8};
+  const DataType bf16[3] = {DataType::kBF16, DataType::kBF16, DataType::kBF16};
+  expect(build(add)->getOutputDataTypes(out, 2, bf16, 3) == 0 && out[0] == DataType::kBF16 && out[1] == DataType::kBF16,
+         "AddRMSNorm Y and H take X's type");
+  const DataType mixed_r[3] = {DataType::kFLOAT, DataType::kHALF, DataType::kFLOAT};
+  expect(build(add)->getOutputDataTypes(out, 2, mixed_r, 3) != 0 &&
+             g_logger.said_error("opforge.AddRMSNorm: R: expected float32 tensor (same type as X), got float16 tensor"),
+         "R of another type: getOutputDataTypes names R");
+  const DataType mixed_w[3] = {DataType::kHALF, DataType::kHALF, DataType::kFLOAT};
+  expect(build(add)->getOutputDataTypes(out, 2, mixed_w, 3) != 0 &&
+             g_logger.said_error("opforge.AddRMSNorm: W: expected float16 tensor (same type as X), got float32 tensor"),
+         "W of another type: getOutputDataTypes names W (the last input)");
+  expect(build(add)->getOutputDataTypes(out, 1, bf16, 3) != 0 &&
+             g_logger.said_error("opforge.AddRMSNorm: outputs: expected 2 (Y, H), got 1"), "one output refused");
+}
+
+void check_residual_formats(IPluginV3* add) {
+  auto sfc = [&](int32_t pos, std::vector<DynamicPluginTensorDesc> io, int32_t nin = 3) {
+    return build(add)->supportsFormatCombination(pos, io.data(), nin, static_cast<int32_t>(io.size()) - nin);
+  };
+  const Dims x = dims({2, 8}), w = dims({8});
+  for (DataType t : {DataType::kFLOAT, DataType::kHALF, DataType::kBF16}) {
+    bool all = true;
+    for (int32_t pos = 0; pos < 5; ++pos) all = all && sfc(pos, {dyn(x, t), dyn(x, t), dyn(w, t), dyn(x, t), dyn(x, t)});
+    expect(all, "AddRMSNorm X, R, W, Y, H of one type " + std::to_string(int(t)) + " accepted at all 5 positions");
+  }
+  const DataType F = DataType::kFLOAT, H = DataType::kHALF;
+  expect(!sfc(1, {dyn(x, F), dyn(x, H), dyn(w, F), dyn(x, F), dyn(x, F)}), "R of another type refused");
+  expect(!sfc(4, {dyn(x, F), dyn(x, F), dyn(w, F), dyn(x, F), dyn(x, H)}), "H of another type refused");
+  expect(!sfc(4, {dyn(x), dyn(x), dyn(w), dyn(x), dyn(x, F, TensorFormat::kCHW32)}), "non-LINEAR H refused");
+  expect(!sfc(5, {dyn(x), dyn(x), dyn(w), dyn(x), dyn(x)}) && !sfc(-1, {dyn(x), dyn(x), dyn(w), dyn(x), dyn(x)}),
+         "positions out of range refused");
+  expect(!sfc(0, {dyn(x), dyn(x), dyn(w), dyn(x)}), "only one output: refused");
+  expect(!sfc(0, {dyn(x), dyn(w), dyn(x), dyn(x)}, 2), "only two inputs: refused");
+}
+
+void check_residual_shapes(IPluginV3* add) {
+  HostExprBuilder b;
+  DimsExprs in[3]{};
+  in[0].nbDims = in[1].nbDims = 3;
+  in[0].d[0] = b.symbol();  // dynamic batch
+  in[1].d[0] = b.symbol();
+  in[0].d[1] = in[1].d[1] = b.constant(3);
+  in[0].d[2] = in[1].d[2] = b.constant(64);
+  in[2] = const_exprs(b, {64});
+  DimsExprs out[2]{};
+  bool same = build(add)->getOutputShapes(in, 3, nullptr, 0, out, 2, b) == 0 && out[0].nbDims == 3 && out[1].nbDims == 3;
+  for (int i = 0; same && i < 3; ++i) same = out[0].d[i] == in[0].d[i] && out[1].d[i] == in[0].d[i];
+  expect(same, "AddRMSNorm Y and H dims are X's dims (symbolic batch kept)");
+  DimsExprs x_r_w[3] = {const_exprs(b, {4, 64}), const_exprs(b, {4, 32}), const_exprs(b, {64})};
+  g_logger.lines.clear();
+  expect(build(add)->getOutputShapes(x_r_w, 3, nullptr, 0, out, 2, b) != 0 && g_logger.said_error(kWrongR),
+         "R of another shape refused at shape inference: " + std::string(kWrongR));
+  x_r_w[1] = const_exprs(b, {64});
+  expect(build(add)->getOutputShapes(x_r_w, 3, nullptr, 0, out, 2, b) != 0 &&
+             g_logger.said_error("opforge.AddRMSNorm: R: expected a tensor of shape [4, 64] (the shape of X), got shape [64]"),
+         "R of another rank refused");
+  x_r_w[1] = const_exprs(b, {4, 64});
+  x_r_w[1].d[0] = b.symbol();
+  expect(build(add)->getOutputShapes(x_r_w, 3, nullptr, 0, out, 2, b) == 0, "R extents unknown at build time accepted");
+  x_r_w[2] = const_exprs(b, {32});
+  expect(build(add)->getOutputShapes(x_r_w, 3, nullptr, 0, out, 2, b) != 0 &&
+             g_logger.said_error("opforge.AddRMSNorm: W: expected 1-D tensor of length 64 (last dim of X), got shape [32]"),
+         "W (the third input) of the wrong length refused");
+  expect(build(add)->getOutputShapes(x_r_w, 2, nullptr, 0, out, 2, b) != 0 &&
+             g_logger.said_error("opforge.AddRMSNorm: inputs: expected 3 (X, R, W), got 2"), "two inputs refused");
+}
+
+void check_residual_runtime(IPluginV3* add) {
+  auto configure = [&](Dims x, Dims r) {
+    DynamicPluginTensorDesc in[3] = {dyn(x), dyn(r), dyn(dims({64}))}, out[2] = {dyn(x), dyn(x)};
+    return build(add)->configurePlugin(in, 3, out, 2);
+  };
+  PluginTensorDesc io[3] = {desc(dims({4, 64})), desc(dims({4, 32})), desc(dims({64}))}, out[2] = {io[0], io[0]};
+  g_logger.lines.clear();
+  expect(configure(dims({4, 64}), dims({4, 32})) != 0 && g_logger.said_error(kWrongR), "configurePlugin refuses R [4, 32]");
+  expect(configure(dims({-1, 64}), dims({-1, 64})) == 0 && configure(dims({4, 64}), dims({4, 64})) == 0,
+         "configurePlugin accepts R of X's dims, unknown ones too");
+  g_logger.lines.clear();
+  expect(runtime(add)->onShapeChange(io, 3, out, 2) != 0 && g_logger.said_error(kWrongR), "onShapeChange refuses R [4, 32]");
+  const void* inputs[3] = {nullptr, nullptr, nullptr};
+  void* outputs[2] = {nullptr, nullptr};
+  g_logger.lines.clear();
+  expect(runtime(add)->enqueue(io, out, inputs, outputs, nullptr, nullptr) != 0 && g_logger.said_error(kWrongR),
+         "enqueue refuses R [4, 32] before any launch");
+  PluginTensorDesc empty[3] = {desc(dims({0, 64})), desc(dims({0, 64})), desc(dims({64}))};
+  expect(runtime(add)->onShapeChange(empty, 3, empty, 2) == 0 &&
+             runtime(add)->enqueue(empty, empty, inputs, outputs, nullptr, nullptr) == 0,
+         "empty X and R: nothing to launch, success");
+}
+
+void check_residual() {
+  PluginPtr add(create("AddRMSNorm", {}));
+  expect(add != nullptr, "AddRMSNorm created without fields");
+  if (!add) return;
+  check_residual_types(add.get());
+  check_residual_formats(add.get());
+  check_residual_shapes(add.get());
+  check_residual_runtime(add.get());
+}
+
 void check_configure() {
   PluginPtr rms(create("RMSNorm", {}));
   auto configure = [&](Dims x, Dims w) {
@@ -579,6 +692,12 @@ std::vector<char> read_file(const std::string& path) {
   return data;
 }
 
+int64_t volume(const Dims& d) {
+  int64_t n = 1;
+  for (int32_t k = 0; k < d.nbDims; ++k) n *= d.d[k];
+  return n;
+}
+
 Dims parse_dims(const std::string& text) {  // "2,3,64"; "" = rank 0
   Dims d{};
   size_t start = 0;
@@ -600,64 +719,188 @@ Dims parse_dims(const std::string& text) {  // "2,3,64"; "" = rank 0
     }                                                                              \
   } while (0)
 
-// run OP TYPE ATTR OUT X X_DIMS [W W_DIMS]; TYPE: TensorRT DataType number
+std::vector<std::string> split(const std::string& text, char sep) {  // "" = no items
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(sep, start);
+    if (end == std::string::npos) end = text.size();
+    items.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return items;
+}
+
+// The plugin as an engine's state rebuilds it (runtime phase): every field the creator declares,
+// from ATTRS ("name=value,..."; "-" for none) or the declared default, and format_version.
+PluginPtr create_serialized(const std::string& op, const std::string& attrs) {
+  const PluginFieldCollection* declared = g_creators.at(op)->getFieldNames();
+  std::map<std::string, float> given;
+  for (const std::string& item : split(attrs == "-" ? "" : attrs, ','))
+    given[item.substr(0, item.find('='))] = std::stof(item.substr(item.find('=') + 1));
+  std::deque<float> values;
+  std::vector<PluginField> fields;
+  for (int32_t i = 0; i < declared->nbFields; ++i) {
+    const PluginField& f = declared->fields[i];
+    const auto it = given.find(f.name);
+    fields.push_back(float_field(f.name, &values.emplace_back(it != given.end() ? it->second
+                                                                                : *static_cast<const float*>(f.data))));
+  }
+  fields.push_back(format_field());
+  return PluginPtr(create(op.c_str(), fields, TensorRTPhase::kRUNTIME));
+}
+
+size_t element_size(DataType type) { return type == DataType::kFLOAT ? 4 : 2; }  // float32, or float16/bf16
+
+// The outputs' dims as the plugin infers them from constant input dims. false: refused.
+bool infer_output_dims(IPluginV3* plugin, const std::vector<Dims>& in, std::vector<Dims>* out) {
+  HostExprBuilder builder;
+  std::vector<DimsExprs> exprs(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    exprs[i].nbDims = in[i].nbDims;
+    for (int32_t k = 0; k < in[i].nbDims; ++k) exprs[i].d[k] = builder.constant(in[i].d[k]);
+  }
+  std::vector<DimsExprs> out_exprs(out->size());
+  if (build(plugin)->getOutputShapes(exprs.data(), static_cast<int32_t>(in.size()), nullptr, 0, out_exprs.data(),
+                                     static_cast<int32_t>(out->size()), builder) != 0)
+    return false;
+  for (size_t o = 0; o < out->size(); ++o) {
+    (*out)[o].nbDims = out_exprs[o].nbDims;
+    for (int32_t k = 0; k < out_exprs[o].nbDims; ++k)
+      (*out)[o].d[k] = out_exprs[o].d[k]->isConstant() ? out_exprs[o].d[k]->getConstantValue() : -1;
+  }
+  return true;
+}
+
+struct DeviceBuffers {
+  std::vector<void*> all;
+  ~DeviceBuffers() {
+    for (void* p : all) cudaFree(p);
+  }
+  void* get(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes + 16) != cudaSuccess) return nullptr;
+    all.push_back(p);
+    return p;
+  }
+};
+
+// run OP TYPE ATTRS OUT[,OUT...] X X_DIMS [IN DIMS]...: one enqueue on the GPU, each input (the
+// op's inputs in order) from a file of raw elements, each output (Y[, H]) written to its file.
+// TYPE: TensorRT DataType number.
 int run(int argc, char** argv) {
   const std::string op = argv[0];
   const auto type = static_cast<DataType>(std::stoi(argv[1]));
-  const float attr = std::stof(argv[2]);
+  const std::vector<std::string> out_paths = split(argv[3], ',');
   const int nb_inputs = (argc - 4) / 2;
-  const int32_t format = 1;  // the runtime phase rebuilds from serialized state: both fields
-  const char* field = g_creators.at(op)->getFieldNames()->fields[0].name;  // the op's attribute
-  PluginPtr plugin(create(op.c_str(), {float_field(field, &attr),
-                                       PluginField("format_version", &format, PluginFieldType::kINT32, 1)},
-                          TensorRTPhase::kRUNTIME));
+  PluginPtr plugin = create_serialized(op, argv[2]);
   if (!plugin) return std::printf("FAIL createPlugin\n"), 1;
+  const int32_t nb_outputs = build(plugin.get())->getNbOutputs();
+  if (static_cast<int32_t>(out_paths.size()) != nb_outputs)
+    return std::printf("FAIL %s has %d outputs, %zu files given\n", op.c_str(), nb_outputs, out_paths.size()), 1;
+  DeviceBuffers buffers;
   std::vector<PluginTensorDesc> in(nb_inputs);
-  std::vector<void*> device(nb_inputs, nullptr);
+  std::vector<Dims> in_dims(nb_inputs);
+  std::vector<const void*> inputs(nb_inputs);
   for (int i = 0; i < nb_inputs; ++i) {
     const std::vector<char> bytes = read_file(argv[4 + 2 * i]);
-    in[i] = desc(parse_dims(argv[5 + 2 * i]), type);
-    CUDA_OK(cudaMalloc(&device[i], bytes.size() + 16));
-    CUDA_OK(cudaMemcpy(device[i], bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    in_dims[i] = parse_dims(argv[5 + 2 * i]);
+    in[i] = desc(in_dims[i], type);
+    void* device = buffers.get(bytes.size());
+    if (!device) return std::printf("FAIL cudaMalloc\n"), 1;
+    CUDA_OK(cudaMemcpy(device, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    inputs[i] = device;
   }
-  // Y's dims as the plugin infers them (SwiGLU halves the last one), from constant input dims.
-  HostExprBuilder builder;
-  std::vector<DimsExprs> exprs(nb_inputs);
-  for (int i = 0; i < nb_inputs; ++i) {
-    exprs[i].nbDims = in[i].dims.nbDims;
-    for (int32_t k = 0; k < in[i].dims.nbDims; ++k) exprs[i].d[k] = builder.constant(in[i].dims.d[k]);
+  std::vector<Dims> out_dims(nb_outputs);
+  if (!infer_output_dims(plugin.get(), in_dims, &out_dims)) return std::printf("FAIL getOutputShapes\n"), 1;
+  std::vector<PluginTensorDesc> out(nb_outputs);
+  std::vector<void*> outputs(nb_outputs);
+  std::vector<size_t> out_bytes(nb_outputs);
+  for (int32_t o = 0; o < nb_outputs; ++o) {
+    out[o] = desc(out_dims[o], type);
+    out_bytes[o] = element_size(type) * static_cast<size_t>(volume(out_dims[o]));
+    if (!(outputs[o] = buffers.get(out_bytes[o]))) return std::printf("FAIL cudaMalloc\n"), 1;
   }
-  DimsExprs y_exprs[1]{};
-  if (build(plugin.get())->getOutputShapes(exprs.data(), nb_inputs, nullptr, 0, y_exprs, 1, builder) != 0)
-    return std::printf("FAIL getOutputShapes\n"), 1;
-  PluginTensorDesc out_desc[1] = {in[0]};
-  int64_t x_count = 1, y_count = 1;
-  for (int32_t k = 0; k < in[0].dims.nbDims; ++k) {
-    out_desc[0].dims.d[k] = y_exprs[0].d[k]->getConstantValue();
-    x_count *= in[0].dims.d[k];
-    y_count *= out_desc[0].dims.d[k];
-  }
-  const size_t x_bytes = read_file(argv[4]).size();
-  const size_t out_bytes = x_count == 0 ? 0 : x_bytes / x_count * y_count;
-  void* out = nullptr;
-  CUDA_OK(cudaMalloc(&out, out_bytes + 16));
-  if (runtime(plugin.get())->onShapeChange(in.data(), nb_inputs, out_desc, 1) != 0) return std::printf("FAIL onShapeChange\n"), 1;
+  if (runtime(plugin.get())->onShapeChange(in.data(), nb_inputs, out.data(), nb_outputs) != 0)
+    return std::printf("FAIL onShapeChange\n"), 1;
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  std::vector<const void*> inputs(device.begin(), device.end());
-  void* outputs[1] = {out};
-  if (runtime(plugin.get())->enqueue(in.data(), out_desc, inputs.data(), outputs, nullptr, stream) != 0)
-    return std::printf("FAIL enqueue\n"), 1;
+  const int32_t status = runtime(plugin.get())->enqueue(in.data(), out.data(), inputs.data(), outputs.data(), nullptr, stream);
   CUDA_OK(cudaStreamSynchronize(stream));
-  std::vector<char> result(out_bytes);
-  CUDA_OK(cudaMemcpy(result.data(), out, out_bytes, cudaMemcpyDeviceToHost));
-  FILE* f = std::fopen(argv[3], "wb");
-  std::fwrite(result.data(), 1, result.size(), f);
-  std::fclose(f);
-  for (void* p : device) cudaFree(p);
-  cudaFree(out);
   cudaStreamDestroy(stream);
+  if (status != 0) return std::printf("FAIL enqueue\n"), 1;
+  for (int32_t o = 0; o < nb_outputs; ++o) {
+    std::vector<char> result(out_bytes[o]);
+    CUDA_OK(cudaMemcpy(result.data(), outputs[o], out_bytes[o], cudaMemcpyDeviceToHost));
+    FILE* f = std::fopen(out_paths[o].c_str(), "wb");
+    if (!f) return std::printf("FAIL cannot write %s\n", out_paths[o].c_str()), 1;
+    std::fwrite(result.data(), 1, result.size(), f);
+    std::fclose(f);
+  }
   std::printf("ok ran %s on the GPU\n", op.c_str());
+  return 0;
+}
+
+// describe OP: the creator's declared fields ("field NAME TYPE LENGTH DEFAULT") and the number of
+// outputs of a plugin made from no fields, for the Python tests to compare with opforge_spec.
+int describe_command(const std::string& op) {
+  if (!g_creators.count(op)) return std::printf("FAIL no creator %s\n", op.c_str()), 1;
+  const PluginFieldCollection* fc = g_creators[op]->getFieldNames();
+  for (int32_t i = 0; fc && i < fc->nbFields; ++i) {
+    const PluginField& f = fc->fields[i];
+    const double value = f.type == PluginFieldType::kFLOAT32 && f.data ? *static_cast<const float*>(f.data) : NAN;
+    std::printf("field %s %d %d %.9g\n", f.name, static_cast<int>(f.type), f.length, value);
+  }
+  PluginPtr plugin(g_creators[op]->createPlugin("node0", nullptr, TensorRTPhase::kBUILD));
+  if (!plugin) return std::printf("FAIL createPlugin without fields\n"), 1;
+  std::printf("outputs %d\n", build(plugin.get())->getNbOutputs());
+  return 0;
+}
+
+std::string dims_text(const Dims& d) {
+  std::string text;
+  for (int32_t k = 0; k < d.nbDims; ++k) text += (k ? "," : "") + std::to_string(d.d[k]);
+  return text;
+}
+
+// infer OP TYPE:DIMS...: what TensorRT's builder and runtime ask about the tensors, in their order
+// (types, shapes, formats at every position, configure, shape change), for inputs of those types
+// (DataType numbers) and dims ("2,4"; "" = rank 0). Prints "output I TYPE DIMS" per output, then
+// "accepted", or "refused <call>" at the first call that refuses.
+int infer_command(int argc, char** argv) {
+  PluginPtr plugin(create(argv[0], {}));
+  if (!plugin) return std::printf("FAIL createPlugin\n"), 1;
+  std::vector<DataType> types;
+  std::vector<Dims> in_dims;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    types.push_back(static_cast<DataType>(std::stoi(arg.substr(0, arg.find(':')))));
+    in_dims.push_back(parse_dims(arg.substr(arg.find(':') + 1)));
+  }
+  const auto nb_in = static_cast<int32_t>(types.size());
+  const int32_t nb_out = build(plugin.get())->getNbOutputs();
+  std::printf("outputs %d\n", nb_out);
+  std::vector<DataType> out_types(nb_out);
+  if (build(plugin.get())->getOutputDataTypes(out_types.data(), nb_out, types.data(), nb_in) != 0)
+    return std::printf("refused getOutputDataTypes\n"), 0;
+  std::vector<Dims> out_dims(nb_out);
+  if (!infer_output_dims(plugin.get(), in_dims, &out_dims)) return std::printf("refused getOutputShapes\n"), 0;
+  std::vector<DynamicPluginTensorDesc> io;
+  for (int32_t i = 0; i < nb_in; ++i) io.push_back(dyn(in_dims[i], types[i]));
+  for (int32_t o = 0; o < nb_out; ++o) {
+    std::printf("output %d %d %s\n", o, static_cast<int>(out_types[o]), dims_text(out_dims[o]).c_str());
+    io.push_back(dyn(out_dims[o], out_types[o]));
+  }
+  for (int32_t pos = 0; pos < nb_in + nb_out; ++pos)
+    if (!build(plugin.get())->supportsFormatCombination(pos, io.data(), nb_in, nb_out))
+      return std::printf("refused supportsFormatCombination %d\n", pos), 0;
+  if (build(plugin.get())->configurePlugin(io.data(), nb_in, io.data() + nb_in, nb_out) != 0)
+    return std::printf("refused configurePlugin\n"), 0;
+  std::vector<PluginTensorDesc> descs;
+  for (const DynamicPluginTensorDesc& d : io) descs.push_back(d.desc);
+  if (runtime(plugin.get())->onShapeChange(descs.data(), nb_in, descs.data() + nb_in, nb_out) != 0)
+    return std::printf("refused onShapeChange\n"), 0;
+  std::printf("accepted\n");
   return 0;
 }
 
@@ -679,7 +922,8 @@ int list_creators(IPluginCreatorInterface* const* creators, int32_t n) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s LIBRARY CHECK [--no-logger] | LIBRARY gpus | LIBRARY run OP TYPE ATTR OUT X X_DIMS [W W_DIMS]"
+    std::fprintf(stderr, "usage: %s LIBRARY CHECK [--no-logger] | LIBRARY gpus | LIBRARY run OP TYPE ATTRS OUT[,OUT] X X_DIMS [IN DIMS]..."
+                 " | LIBRARY describe OP | LIBRARY infer OP TYPE:DIMS..."
                  " | LIBRARY create OP build|runtime NAME=f32|f64|i32:VALUE... | LIBRARY list\n", argv[0]);
     return 2;
   }
@@ -710,13 +954,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (check == "run") return argc >= 9 ? run(argc - 3, argv + 3) : 2;
+  if (check == "describe") return argc >= 4 ? describe_command(argv[3]) : 2;
+  if (check == "infer") return argc >= 4 ? infer_command(argc - 3, argv + 3) : 2;
   if (check == "create") return argc >= 5 ? create_command(argc - 3, argv + 3) : 2;
   const std::map<std::string, void (*)()> checks = {
       {"creators", check_creators}, {"roundtrip", check_roundtrip}, {"bad_fields", check_bad_fields},
       {"formats", check_formats},   {"shapes", check_shapes},       {"configure", check_configure},
       {"clone_attach", check_clone_attach}, {"enqueue", check_enqueue}, {"serialized_state", check_serialized_state},
       {"field_structure", check_field_structure}, {"float32_rule", check_float32_rule},
-      {"swiglu", check_swiglu}};
+      {"swiglu", check_swiglu}, {"residual", check_residual}};
   if (!checks.count(check)) {
     std::printf("FAIL unknown check %s\n", check.c_str());
     return 2;
