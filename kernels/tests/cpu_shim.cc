@@ -34,6 +34,15 @@ namespace cpu = opforge::kernels::cpu;
   extern "C" void rms_bwd_##SUFFIX(const T* dy, const T* x, const T* w, T* dx, double* dw,   \
                                    int64_t rows, int64_t cols, float eps) {                  \
     cpu::rms_norm_backward(dy, x, w, dx, dw, 0, rows, cols, eps);                            \
+  }                                                                                          \
+  extern "C" void add_rms_fwd_##SUFFIX(const T* x, const T* r, const T* w, T* y, T* h,       \
+                                       int64_t rows, int64_t cols, float eps) {              \
+    cpu::add_rms_norm_forward(x, r, w, y, h, 0, rows, cols, eps);                            \
+  }                                                                                          \
+  extern "C" void add_rms_bwd_##SUFFIX(const T* dy, const T* dh, const T* x, const T* r,     \
+                                       const T* w, T* dx, T* dr, double* dw, int64_t rows,   \
+                                       int64_t cols, float eps) {                            \
+    cpu::add_rms_norm_backward(dy, dh, x, r, w, dx, dr, dw, 0, rows, cols, eps);             \
   }
 
 SHIM(float, f32)

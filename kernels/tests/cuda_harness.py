@@ -8,7 +8,7 @@ import numpy as np
 
 import opforge_spec as spec
 
-OPS = {"Swish": 0, "RMSNorm": 1, "SwiGLU": 2, "GeGLU": 3}
+OPS = {"Swish": 0, "RMSNorm": 1, "SwiGLU": 2, "GeGLU": 3, "AddRMSNorm": 4}
 DTYPES = {"float32": (0, np.float32), "float16": (1, np.float16), "bfloat16": (2, np.uint16)}
 I64 = ctypes.c_int64
 BYTES_TOUCHED, NO_MEMORY = -100, -101
@@ -40,6 +40,7 @@ class Kernels:
         self.lib = lib
         lib.opforge_gpu_run.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, I64, I64, I64, I64,
                                         ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
+                                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         if hasattr(lib, "opforge_gpu_stream_order"):  # the GPU shim's only
             lib.opforge_gpu_stream_order.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, I64,
@@ -48,25 +49,30 @@ class Kernels:
                                               ctypes.c_int, ctypes.c_void_p]
 
     def run(self, op: str, dtype: str, x, w=None, dy=None, attr=None, backward=False,
-            in_offset=0, out_offset=0, raw=False):
-        """Y (backward: dX, and dW for RMSNorm) of X viewed as [rows, last dim]."""
+            in_offset=0, out_offset=0, raw=False, r=None, dh=None):
+        """Y (backward: dX, and dW for a weighted op) of X viewed as [rows, last dim]; an op with a
+        residual R (dH backward) gives (Y, H) (backward: (dX, dW, dR))."""
         x = np.asarray(x, np.float64)
         cols = x.shape[-1] if x.ndim else 1
         rows = x.size // cols if cols else 0
-        stored = [to_storage(dtype, a) if a is not None else None for a in (x, w, dy)]
+        stored = [to_storage(dtype, a) if a is not None else None for a in (x, w, dy, r, dh)]
         y_shape = x.shape if backward else spec.output_shape(spec.OPS[op], x.shape)
         y = np.empty(y_shape, stored[0].dtype)
-        dw = np.empty(cols, np.float32) if op == "RMSNorm" and backward else None
+        h = np.empty(x.shape, stored[0].dtype) if r is not None else None
+        dw = np.empty(cols, np.float32) if "W" in spec.OPS[op].inputs and backward else None
         defaults = [a.default for a in spec.OPS[op].attributes.values()]
         attr = (defaults[0] if defaults else 0.0) if attr is None else attr
+        x_, w_, dy_, r_, dh_ = map(ptr, stored)
         status = self.lib.opforge_gpu_run(OPS[op], int(backward), DTYPES[dtype][0], in_offset,
-                                          out_offset, rows, cols, attr, *map(ptr, stored), ptr(y),
-                                          ptr(dw))
+                                          out_offset, rows, cols, attr, x_, w_, dy_, ptr(y),
+                                          ptr(dw), r_, dh_, ptr(h))
         assert status != BYTES_TOUCHED, f"{op}: a byte outside its output (or of an input) changed"
         assert status == 0, f"{op}: CUDA error {status}"
         if raw:
-            return y, dw
+            return (y, dw) if h is None else (y, dw, h)
         out = from_storage(dtype, y)
+        if h is not None:
+            return (out, dw.astype(np.float64), from_storage(dtype, h)) if backward else (out, from_storage(dtype, h))
         return (out, dw.astype(np.float64)) if dw is not None else out
 
     def stream_order(self, op: str, dtype: str, rows: int, cols: int, backward=False, control=False):

@@ -15,7 +15,9 @@ cudaError_t every_launcher(T* a, T* b, T* out, float* dw, void* workspace, cudaS
   c::gated_forward(a, out, 3, 3, opforge::kernels::GeGLUGate<>{}, s);
   c::gated_backward(a, b, out, 3, 3, opforge::kernels::GeGLUGate<>{}, s);
   c::rms_norm_forward(a, b, out, 3, 3, 1e-6f, s);
-  return c::rms_norm_backward(a, b, b, out, dw, workspace, 3, 3, 1e-6f, s);
+  c::rms_norm_backward(a, b, b, out, dw, workspace, 3, 3, 1e-6f, s);
+  c::add_rms_norm_forward(a, b, b, out, out + 9, 3, 3, 1e-6f, s);
+  return c::add_rms_norm_backward(a, a, b, b, b, out, out + 9, dw, workspace, 3, 3, 1e-6f, s);
 }
 
 template cudaError_t every_launcher<float>(float*, float*, float*, float*, void*, cudaStream_t);

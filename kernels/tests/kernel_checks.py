@@ -21,6 +21,7 @@ SHAPES = {
     "RMSNorm": [(1, 1), (5, 3), (40, 8), (3, 1031), (2, 4096), (600, 64), (2, 16_384),
                 (2, 16_388), (1, 70_001), (513, 40)],
 }
+SHAPES["AddRMSNorm"] = SHAPES["RMSNorm"]  # the same row kernels, with a residual
 
 
 def shape_id(shape) -> str:
@@ -31,30 +32,38 @@ def shapes(op, max_elements=None) -> list:
     return [s for s in SHAPES[op.name] if max_elements is None or np.prod(s) <= max_elements]
 
 
-def random_inputs(op, shape, dtype, seed=0):
+def random_inputs(op, shape, dtype, seed=0) -> tuple:
+    """The op's inputs in its spec's order: X (and R) standard normal, W in [0.5, 1.5]."""
     rng = np.random.default_rng(seed)
     x = spec.round_to(dtype, rng.standard_normal(shape))
-    w = spec.round_to(dtype, rng.uniform(0.5, 1.5, np.shape(x)[-1])) if op is spec.RMS_NORM else None
-    return x, w
+    w = spec.round_to(dtype, rng.uniform(0.5, 1.5, np.shape(x)[-1]))
+    by_name = {"X": x, "W": w}
+    if "R" in op.inputs:
+        by_name["R"] = spec.round_to(dtype, rng.standard_normal(shape))
+    return tuple(by_name[name] for name in op.inputs)
 
 
-def forward(kernels, op, dtype, x, w, attrs, view):
-    return kernels.run(op.name, dtype, x, w, attr=next(iter(attrs.values()), None),
+def by_role(op, inputs) -> dict:
+    """The harness's keywords for the op's inputs: x, and w / r where it has them."""
+    named = dict(zip(op.inputs, inputs))
+    return {"x": named["X"], "w": named.get("W"), "r": named.get("R")}
+
+
+def forward(kernels, op, dtype, inputs, attrs, view):
+    return kernels.run(op.name, dtype, **by_role(op, inputs), attr=next(iter(attrs.values()), None),
                        in_offset=VIEWS[view][0], out_offset=VIEWS[view][1])
 
 
 def check_spec_cases(kernels, op, dtype, view):
     for case in op.cases(dtype):
-        x, w = case.inputs[0], case.inputs[1] if len(case.inputs) > 1 else None
-        got = forward(kernels, op, dtype, x, w, case.attrs, view)
+        got = forward(kernels, op, dtype, case.inputs, case.attrs, view)
         op.check_close(got, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
 
 
 def check_launch_paths(kernels, op, dtype, view, max_elements=None):
     for shape in shapes(op, max_elements):
-        x, w = random_inputs(op, shape, dtype)
-        inputs = (x,) if w is None else (x, w)
-        got = forward(kernels, op, dtype, x, w, {}, view)
+        inputs = random_inputs(op, shape, dtype)
+        got = forward(kernels, op, dtype, inputs, {}, view)
         op.check_close(got, op.reference(*inputs), dtype, inputs, shape_id(shape))
 
 
@@ -98,11 +107,20 @@ def rms_norm_grad(x, w, dy, eps):
     return direct - through_inv, per_row.sum(axis=0), dx_scale, np.abs(per_row).sum(axis=0)
 
 
-def backward_reference(op, x, w, dy):
-    """(dX, dW or None, the error scale of dX, that of dW), in float64."""
+def add_rms_norm_grad(x, r, w, dy, dh, eps, dtype):
+    """RMSNorm's gradients at H = X + R as the kernels store it (rounded to dtype), dH added to dX."""
+    h = np.asarray(spec.round_to(dtype, x + r), np.float64)
+    dx, dw, dx_scale, dw_scale = rms_norm_grad(h, w, dy, eps)
+    return dx + dh, dw, np.maximum(dx_scale, np.abs(dh)), dw_scale
+
+
+def backward_reference(op, x, w, dy, r=None, dh=None, dtype="float64"):
+    """(dX, dW or None, the error scale of dX, that of dW), in float64; dR is dX."""
     x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
     w = None if w is None else np.asarray(w, np.float64)
     with np.errstate(all="ignore"):
+        if op is spec.ADD_RMS_NORM:
+            return add_rms_norm_grad(x, np.asarray(r, np.float64), w, dy, np.asarray(dh, np.float64), 1e-6, dtype)
         if op is spec.RMS_NORM:
             return rms_norm_grad(x, w, dy, 1e-6)
         gradients = {"Swish": lambda: swish_grad(x, dy, 1.0), "SwiGLU": lambda: swiglu_grad(x, dy, 1.0),
@@ -126,28 +144,40 @@ def assert_gradient_close(got, want, scale, op, dtype, label):
 
 
 def backward_cases(op, dtype, max_elements=None):
-    """(label, X, W, dY): the launch-path shapes, and rows of zeros, with a NaN, and huge."""
+    """(label, inputs by role (x, w, r), dY, dH or None): the launch-path shapes, and rows of
+    zeros, with a NaN, and huge."""
     rng = np.random.default_rng(7)
+    residual = "R" in op.inputs
+
+    def grads(shape, make):
+        dy = spec.round_to(dtype, make(spec.output_shape(op, shape)))
+        return dy, (spec.round_to(dtype, make(shape)) if residual else None)
     for shape in shapes(op, max_elements):
-        x, w = random_inputs(op, shape, dtype, seed=1)
-        dy_shape = spec.output_shape(op, np.shape(x))
-        yield shape_id(shape), x, w, spec.round_to(dtype, rng.standard_normal(dy_shape))
+        inputs = by_role(op, random_inputs(op, shape, dtype, seed=1))
+        yield (shape_id(shape), inputs, *grads(np.shape(inputs["x"]), rng.standard_normal))
     special = np.zeros((4, 16 * op.split))
     special[1] = rng.standard_normal(special.shape[-1])
     special[2, 3] = np.nan
     special[3] = rng.standard_normal(special.shape[-1]) * (1e2 if dtype == "float16" else 1e4)
     x = spec.round_to(dtype, special)
-    w = spec.round_to(dtype, rng.uniform(0.5, 1.5, 16)) if op is spec.RMS_NORM else None
-    yield "zero_nan_huge_rows", x, w, spec.round_to(dtype, np.ones(spec.output_shape(op, x.shape)))
+    inputs = {"x": x, "w": spec.round_to(dtype, rng.uniform(0.5, 1.5, 16)) if "W" in op.inputs else None,
+              "r": np.zeros_like(x) if residual else None}
+    yield ("zero_nan_huge_rows", inputs, *grads(x.shape, np.ones))
 
 
 def check_backward(kernels, op, dtype, view, max_elements=None):
-    for label, x, w, dy in backward_cases(op, dtype, max_elements):
-        got = kernels.run(op.name, dtype, x, w, dy, backward=True, in_offset=VIEWS[view][0],
-                          out_offset=VIEWS[view][1])
-        want_dx, want_dw, dx_scale, dw_scale = backward_reference(op, x, w, dy)
-        if op is spec.RMS_NORM:
-            got, got_dw = got
+    for label, inputs, dy, dh in backward_cases(op, dtype, max_elements):
+        got = kernels.run(op.name, dtype, inputs["x"], inputs["w"], dy, backward=True, r=inputs["r"], dh=dh,
+                          in_offset=VIEWS[view][0], out_offset=VIEWS[view][1])
+        want_dx, want_dw, dx_scale, dw_scale = backward_reference(op, inputs["x"], inputs["w"], dy,
+                                                                  inputs["r"], dh, dtype)
+        if want_dw is not None:
+            got, got_dw = got[0], got[1:]
+            if inputs["r"] is not None:
+                got_dw, got_dr = got_dw
+                np.testing.assert_array_equal(got_dr, got, err_msg=f"{label}: dR is not dX")
+            else:
+                got_dw = got_dw[0]
             assert_gradient_close(got_dw, want_dw, dw_scale, op, dtype, f"{label} dW")
         assert_gradient_close(got, want_dx, dx_scale, op, dtype, f"{label} dX")
 
@@ -156,3 +186,6 @@ def check_rms_norm_backward_of_no_rows(kernels):
     dx, dw = kernels.run("RMSNorm", "float32", np.zeros((0, 24)), np.ones(24), np.zeros((0, 24)),
                          backward=True)
     assert dx.shape == (0, 24) and (dw == 0).all()
+    none = np.zeros((0, 24))
+    dx, dw, dr = kernels.run("AddRMSNorm", "float32", none, np.ones(24), none, backward=True, r=none, dh=none)
+    assert dx.shape == dr.shape == (0, 24) and (dw == 0).all()

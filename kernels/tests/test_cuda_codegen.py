@@ -124,7 +124,8 @@ def expected_kernels():
             names += [f"elementwise_kernel<{dtype}, {v}, opforge::kernels::cuda::detail::SwishOp, 1>",
                       f"elementwise_kernel<{dtype}, {v}, opforge::kernels::cuda::detail::SwishGradOp, 2>"]
             names += [f"{k}<{dtype}, {v}, {g} >" for k in GATED_KERNELS for g in GATES]  # c++filt: "> >"
-            names += [f"{k}<{dtype}, {v}, {c}>" for k in ROW_KERNELS for c in ("true", "false")]
+            names += [f"{k}<{dtype}, {v}, {cached}, {residual}>" for k in ROW_KERNELS  # RMSNorm, AddRMSNorm
+                      for cached in ("true", "false") for residual in ("true", "false")]
     return names + ["dw_sum_kernel<8u>"]
 
 

@@ -26,7 +26,7 @@ LAYERS = {
     "packages/ort_plugin/csrc/ops.cc": (
         r"cuda::forward", r"stream", r"KernelContext_GetGPUComputeStream\(ctx, stream\)"),
     "packages/trt_plugin/csrc/cuda_launch.cu": (
-        r"kc::forward_by_desc", r"s", r"AttrValues& attrs, cudaStream_t s\)"),
+        r"kc::forward_by_desc", r"s", r"AttrValues& attrs,\s*cudaStream_t s\)"),
     "packages/trt_plugin/csrc/plugin.cc": (
         r"cuda::forward", r"stream", r"Plugin::enqueue\([^)]*cudaStream_t stream\)"),
 }

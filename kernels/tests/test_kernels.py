@@ -76,6 +76,11 @@ def ptr(a):
     return a.ctypes.data_as(ctypes.c_void_p)
 
 
+def _rows_cols(x):
+    cols = x.shape[-1] if x.ndim else 1
+    return (x.size // cols if cols else 0), cols
+
+
 def run_op(shim, op, dtype, inputs, attrs):
     suffix = STORAGE[dtype][1]
     stored = [to_storage(dtype, x) for x in inputs]
@@ -93,9 +98,14 @@ def run_op(shim, op, dtype, inputs, attrs):
         d = y.shape[-1]
         getattr(shim, f"geglu_fwd_{suffix}")(ptr(stored[0]), ptr(y), ctypes.c_int64(y.size // d if d else 0),
                                               ctypes.c_int64(d))
+    elif op is spec.ADD_RMS_NORM:
+        h = np.empty_like(stored[0])
+        rows, cols = _rows_cols(stored[0])
+        getattr(shim, f"add_rms_fwd_{suffix}")(*map(ptr, stored), ptr(y), ptr(h), ctypes.c_int64(rows),
+                                                ctypes.c_int64(cols), ctypes.c_float(attrs.get("epsilon", 1e-6)))
+        return from_storage(dtype, y), from_storage(dtype, h)
     else:
-        cols = stored[0].shape[-1] if stored[0].ndim else 1
-        rows = stored[0].size // cols if cols else 0
+        rows, cols = _rows_cols(stored[0])
         getattr(shim, f"rms_fwd_{suffix}")(ptr(stored[0]), ptr(stored[1]), ptr(y),
                                             ctypes.c_int64(rows), ctypes.c_int64(cols),
                                             ctypes.c_float(attrs.get("epsilon", 1e-6)))
@@ -167,6 +177,42 @@ def test_backward_matches_finite_differences(shim, dtype):
                                rtol=tol, atol=tol)
     np.testing.assert_allclose(dw, numeric_grad(lambda v: spec.RMS_NORM.reference(x, v), w),
                                rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_add_rms_norm_backward_matches_finite_differences(shim, dtype):
+    """dX = dR is the gradient of sum(Y * dY + H * dH) through H = X + R; dW that of Y * dY."""
+    rng = np.random.default_rng(4)
+    suffix, npdt = STORAGE[dtype][1], STORAGE[dtype][0]
+    x, r, dy, dh = (rng.standard_normal((3, 7)) for _ in range(4))
+    w = rng.uniform(0.5, 1.5, 7)
+    dx, dr, dw = np.empty((3, 7), npdt), np.empty((3, 7), npdt), np.zeros(7)
+    shim[f"add_rms_bwd_{suffix}"](*(ptr(a.astype(npdt)) for a in (dy, dh, x, r, w)), ptr(dx), ptr(dr),
+                                  ptr(dw), ctypes.c_int64(3), ctypes.c_int64(7), ctypes.c_float(1e-5))
+
+    def loss(v, residual, weight):
+        y, h = spec.ADD_RMS_NORM.reference(v, residual, weight, epsilon=1e-5)
+        return y * dy + h * dh
+    tol = 1e-6 if dtype == "float64" else 2e-3
+    np.testing.assert_allclose(dx, numeric_grad(lambda v: loss(v, r, w), x), rtol=tol, atol=tol)
+    np.testing.assert_array_equal(dr, dx)
+    np.testing.assert_allclose(dw, numeric_grad(lambda v: loss(x, r, v), w), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", list(STORAGE))
+def test_add_rms_norm_writes_over_its_residual_in_place(shim, dtype):
+    """H into R's own buffer (the residual stream updated in place, as serving engines call it) and
+    Y into X's give what separate buffers give: each row is read before it is written."""
+    case = next(c for c in spec.ADD_RMS_NORM.cases(dtype) if c.name == "large")
+    x, r, w = (to_storage(dtype, a) for a in case.inputs)
+    want_y, want_h = np.empty_like(x), np.empty_like(x)
+    rows, cols = _rows_cols(x)
+    args = (ctypes.c_int64(rows), ctypes.c_int64(cols), ctypes.c_float(1e-6))
+    fwd = shim[f"add_rms_fwd_{STORAGE[dtype][1]}"]
+    fwd(ptr(x), ptr(r), ptr(w), ptr(want_y), ptr(want_h), *args)
+    fwd(ptr(x), ptr(r), ptr(w), ptr(x), ptr(r), *args)
+    np.testing.assert_array_equal(x, want_y)
+    np.testing.assert_array_equal(r, want_h)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -288,4 +334,5 @@ def test_attribute_rule_is_the_same_in_cpp_and_python(shim, op, index, attr, val
     assert out.value.decode() == (attr.error(op.name, value) or "")
     with np.errstate(over="ignore"):
         finite32 = bool(np.isfinite(np.float32(value)))
-    assert (attr.error(op.name, value) is None) == (finite32 and (op is not spec.RMS_NORM or value >= 0))
+    non_negative = attr.check is spec.RMS_NORM.attributes["epsilon"].check
+    assert (attr.error(op.name, value) is None) == (finite32 and (not non_negative or value >= 0))

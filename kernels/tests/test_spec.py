@@ -7,7 +7,9 @@ import opforge_spec as spec
 
 
 def test_registry_names_and_defaults():
-    assert set(spec.OPS) == {"Swish", "RMSNorm", "SwiGLU", "GeGLU"}
+    assert set(spec.OPS) == {"Swish", "RMSNorm", "SwiGLU", "GeGLU", "AddRMSNorm"}
+    assert spec.ADD_RMS_NORM.defaults() == {"epsilon": 1e-6}
+    assert spec.ADD_RMS_NORM.outputs == ("Y", "H")
     assert spec.GEGLU.defaults() == {}
     assert spec.SWIGLU.defaults() == {"beta": 1.0}
     assert spec.SWISH.defaults() == {"beta": 1.0}
@@ -46,7 +48,7 @@ def test_rms_norm_reference_zero_rows_and_nan():
 @pytest.mark.parametrize("op", spec.OPS.values(), ids=list(spec.OPS))
 def test_cases_are_representable(op, dtype):
     cases = op.cases(dtype)
-    assert {"random", "empty_rows" if op is spec.RMS_NORM else "empty", "non_contiguous"} <= {
+    assert {"random", "empty_rows" if "W" in op.inputs else "empty", "non_contiguous"} <= {
         c.name for c in cases}
     for case in cases:
         for x in case.inputs:

@@ -18,7 +18,8 @@ namespace c = opforge::kernels::cuda;
 
 namespace {
 
-enum Op { kSwish = 0, kRMSNorm = 1, kSwiGLU = 2, kGeGLU = 3 };
+enum Op { kSwish = 0, kRMSNorm = 1, kSwiGLU = 2, kGeGLU = 3, kAddRMSNorm = 4 };
+bool is_weighted(int op) { return op == kRMSNorm || op == kAddRMSNorm; }  // W [cols]; dW backward
 bool is_gated(int op) { return op == kSwiGLU || op == kGeGLU; }  // Y [rows, cols / 2]
 enum Dtype { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 // Besides CUDA's own error codes (positive):
@@ -144,7 +145,10 @@ cudaError_t enqueue(int op, bool backward, Shape x, float attr, void* const* in,
   const T* a = static_cast<const T*>(in[0]);
   const T* b = static_cast<const T*>(in[1]);
   const T* dy = static_cast<const T*>(in[2]);
+  const T* r = static_cast<const T*>(in[3]);
+  const T* dh = static_cast<const T*>(in[4]);
   T* y = static_cast<T*>(out[0]);
+  T* h = static_cast<T*>(out[2]);
   const int64_t n = x.rows * x.cols, d = x.cols / 2;
   switch (op) {
     case kSwish:
@@ -159,6 +163,10 @@ cudaError_t enqueue(int op, bool backward, Shape x, float attr, void* const* in,
       return backward ? c::rms_norm_backward(dy, a, b, y, static_cast<float*>(out[1]), workspace,
                                              x.rows, x.cols, attr, s)
                       : c::rms_norm_forward(a, b, y, x.rows, x.cols, attr, s);
+    case kAddRMSNorm:
+      return backward ? c::add_rms_norm_backward(dy, dh, a, r, b, y, h, static_cast<float*>(out[1]),
+                                                 workspace, x.rows, x.cols, attr, s)
+                      : c::add_rms_norm_forward(a, r, b, y, h, x.rows, x.cols, attr, s);
   }
   return cudaErrorInvalidValue;
 }
@@ -179,11 +187,12 @@ int64_t y_elements(int op, bool backward, Shape x) {
   return is_gated(op) && !backward ? x.rows * (x.cols / 2) : x.rows * x.cols;
 }
 
-// The buffers of one op: inputs X, W (RMSNorm), dY (backward); outputs Y or dX, dW (RMSNorm
-// backward); the workspace. Host pointers may be nullptr (zero inputs, dropped outputs).
+// The buffers of one op: inputs X, W (RMSNorm, AddRMSNorm), dY (backward), R and dH (AddRMSNorm);
+// outputs Y or dX, dW (weighted ops' backward), H or dR (AddRMSNorm); the workspace. Host
+// pointers may be nullptr (zero inputs, dropped outputs).
 struct Tensors {
-  void* in[3] = {nullptr, nullptr, nullptr};
-  void* out[2] = {nullptr, nullptr};
+  void* in[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  void* out[3] = {nullptr, nullptr, nullptr};
   void* workspace = nullptr;
 };
 
@@ -191,6 +200,8 @@ struct Host {
   const void *x, *w, *dy;
   void* y;
   float* dw;
+  const void *r, *dh;
+  void* h;
 };
 
 Tensors place(Launch& run, int dtype, int op, bool backward, Shape x, const Host& host,
@@ -198,13 +209,18 @@ Tensors place(Launch& run, int dtype, int op, bool backward, Shape x, const Host
   const size_t size = element_size(dtype);
   Tensors t;
   t.in[0] = run.input(host.x, x.rows * x.cols, size, in_offset);
-  if (op == kRMSNorm) t.in[1] = run.input(host.w, x.cols, size, in_offset);
+  if (is_weighted(op)) t.in[1] = run.input(host.w, x.cols, size, in_offset);
   if (backward) {
     const int64_t ndy = is_gated(op) ? x.rows * (x.cols / 2) : x.rows * x.cols;
     t.in[2] = run.input(host.dy, ndy, size, in_offset);
   }
   t.out[0] = run.output(host.y, y_elements(op, backward, x), size, out_offset);
-  if (op == kRMSNorm && backward) {
+  if (op == kAddRMSNorm) {
+    t.in[3] = run.input(host.r, x.rows * x.cols, size, in_offset);
+    if (backward) t.in[4] = run.input(host.dh, x.rows * x.cols, size, in_offset);
+    t.out[2] = run.output(host.h, x.rows * x.cols, size, out_offset);
+  }
+  if (is_weighted(op) && backward) {
     t.out[1] = run.output(host.dw, x.cols, 4, 0);
     t.workspace = run.scratch(c::rms_norm_backward_workspace_size(x.rows, x.cols));
   }
@@ -272,17 +288,18 @@ int opforge_gpu_device_count() {
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
-// One launch of `op` (0 Swish, 1 RMSNorm, 2 SwiGLU) forward or backward on host arrays; X is
-// [rows, cols]; dw (float32) for RMSNorm backward. Inputs and outputs sit at their own offsets
+// One launch of `op` (0 Swish, 1 RMSNorm, 2 SwiGLU, 3 GeGLU, 4 AddRMSNorm) forward or backward on
+// host arrays; X is [rows, cols]; dw (float32) for the weighted ops' backward; r, dh and h (H, or
+// dR backward) for AddRMSNorm. Inputs and outputs sit at their own offsets
 // (a view of a bigger tensor read into a new one, or into another view). Returns 0, a CUDA
 // error or a shim status.
 int opforge_gpu_run(int op, int backward, int dtype, int64_t in_offset, int64_t out_offset,
                     int64_t rows, int64_t cols, float attr, const void* x, const void* w,
-                    const void* dy, void* y, float* dw) {
+                    const void* dy, void* y, float* dw, const void* r, const void* dh, void* h) {
   Launch run;
   const Shape shape{rows, cols};
-  const Tensors t = place(run, dtype, op, backward != 0, shape, Host{x, w, dy, y, dw}, in_offset,
-                          out_offset);
+  const Tensors t = place(run, dtype, op, backward != 0, shape, Host{x, w, dy, y, dw, r, dh, h},
+                          in_offset, out_offset);
   return run.finish(enqueue_as(dtype, op, backward != 0, shape, attr, t.in, t.out, t.workspace,
                                run.stream()));
 }
@@ -340,19 +357,21 @@ int opforge_gpu_large(int op, int backward, int64_t rows, int64_t cols, const in
   const Shape shape{rows, cols};
   const int64_t n = rows * cols, ny = y_elements(op, backward != 0, shape);
   const int64_t ndy = is_gated(op) ? rows * (cols / 2) : n;
-  const size_t workspace = op == kRMSNorm && backward ? c::rms_norm_backward_workspace_size(rows, cols) : 0;
-  const size_t need = size_t(n + ny + (backward ? ndy : 0) + cols) * 2 + workspace + size_t(cols) * 4;
+  const size_t workspace = is_weighted(op) && backward ? c::rms_norm_backward_workspace_size(rows, cols) : 0;
+  const int64_t nh = op == kAddRMSNorm ? n : 0;  // H (dR); X serves as R too, dY as dH
+  const size_t need = size_t(n + ny + nh + (backward ? ndy : 0) + cols) * 2 + workspace + size_t(cols) * 4;
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return cudaErrorUnknown;
   if (free_bytes < need + (size_t(1) << 30)) return kNoMemory;
-  __half *x = nullptr, *w = nullptr, *dy = nullptr, *y = nullptr;
+  __half *x = nullptr, *w = nullptr, *dy = nullptr, *y = nullptr, *h = nullptr;
   float* dw = nullptr;
   void* ws = nullptr;
   cudaError_t e = cudaMalloc(&x, size_t(n) * 2);
   if (!e) e = cudaMalloc(&y, size_t(ny) * 2);
-  if (!e && op == kRMSNorm) e = cudaMalloc(&w, size_t(cols) * 2);
+  if (!e && is_weighted(op)) e = cudaMalloc(&w, size_t(cols) * 2);
+  if (!e && nh) e = cudaMalloc(&h, size_t(nh) * 2);
   if (!e && backward) e = cudaMalloc(&dy, size_t(ndy) * 2);
-  if (!e && op == kRMSNorm && backward) e = cudaMalloc(&dw, size_t(cols) * 4);
+  if (!e && is_weighted(op) && backward) e = cudaMalloc(&dw, size_t(cols) * 4);
   if (!e && workspace) e = cudaMalloc(&ws, workspace);
   if (!e) {
     fill_pattern<<<4096, 256>>>(x, n, 8191, 0.0f);
@@ -361,9 +380,9 @@ int opforge_gpu_large(int op, int backward, int64_t rows, int64_t cols, const in
     e = cudaGetLastError();
   }
   if (!e) {
-    void* in[3] = {x, w, dy};
-    void* outs[2] = {y, dw};
-    e = enqueue<__half>(op, backward != 0, shape, op == kRMSNorm ? 1e-6f : 1.0f, in, outs, ws, nullptr);
+    void* in[5] = {x, w, dy, x, dy};
+    void* outs[3] = {y, dw, h};
+    e = enqueue<__half>(op, backward != 0, shape, is_weighted(op) ? 1e-6f : 1.0f, in, outs, ws, nullptr);
   }
   const int64_t row_length = ny / rows;
   for (int i = 0; !e && i < nsamples; ++i) {
@@ -372,7 +391,7 @@ int opforge_gpu_large(int op, int backward, int64_t rows, int64_t cols, const in
   }
   if (!e) e = cudaDeviceSynchronize();
   for (void* p : {static_cast<void*>(x), static_cast<void*>(w), static_cast<void*>(dy),
-                  static_cast<void*>(y), static_cast<void*>(dw), ws}) cudaFree(p);
+                  static_cast<void*>(y), static_cast<void*>(dw), static_cast<void*>(h), ws}) cudaFree(p);
   return e;
 }
 
