@@ -37,6 +37,14 @@ MIXED = [
      "RMSNorm", "W", "cpu", "meta"),
     (OPS.rms_norm_backward.default, lambda: (_x("meta"), _x("meta"), _w(), 1e-6),
      "RMSNorm", "W", "meta", "cpu"),
+    (OPS.add_rms_norm.default, lambda: (_x(), _x("meta"), _w(), 1e-6), "AddRMSNorm", "R", "cpu", "meta"),
+    (OPS.add_rms_norm.default, lambda: (_x("meta"), _x(), _w("meta"), 1e-6),
+     "AddRMSNorm", "R", "meta", "cpu"),
+    (OPS.add_rms_norm.default, lambda: (_x(), _x(), _w("meta"), 1e-6), "AddRMSNorm", "W", "cpu", "meta"),
+    (OPS.add_rms_norm_backward.default, lambda: (_x(), _x("meta"), _x(), _x(), _w(), 1e-6),
+     "AddRMSNorm", "dH", "cpu", "meta"),
+    (OPS.add_rms_norm_backward.default, lambda: (_x(), _x(), _x(), _x("meta"), _w(), 1e-6),
+     "AddRMSNorm", "R", "cpu", "meta"),
 ]
 IDS = [f"{op._opname}-{name}-{got}-with-X-{want}" for op, _, _, name, want, got in MIXED]
 
@@ -89,6 +97,10 @@ def test_all_meta_is_shape_inference():
     dx, dw = OPS.rms_norm_backward(_x("meta"), _x("meta"), _w("meta"), 1e-6)
     assert dx.shape == (2, 8) and dw.shape == (8,)
     assert opforge_torch.swish(_x("meta").half()).dtype == torch.float16  # any backend's dtype
+    y, h = opforge_torch.add_rms_norm(_x("meta"), _x("meta"), _w("meta"), 1e-6)
+    assert y.shape == h.shape == (2, 8) and y.device.type == h.device.type == "meta"
+    dx, dr, dw = OPS.add_rms_norm_backward(_x("meta"), _x("meta"), _x("meta"), _x("meta"), _w("meta"), 1e-6)
+    assert dx.shape == dr.shape == (2, 8) and dw.shape == (8,)
 
 
 FAKE_AND_REAL = [
@@ -102,12 +114,21 @@ FAKE_AND_REAL = [
     lambda: OPS.swish_backward(_x().double(), _x(), 1.0),
     lambda: OPS.rms_norm_backward(_x().double(), _x(), _w(), 1e-6),
     lambda: OPS.rms_norm_backward(torch.ones(2, 4), _x(), _w(), 1e-6),
+    lambda: opforge_torch.add_rms_norm(_x(), torch.ones(2, 7), _w()),
+    lambda: opforge_torch.add_rms_norm(_x(), torch.ones(1, 8), _w()),
+    lambda: opforge_torch.add_rms_norm(_x(), torch.ones(8), _w()),
+    lambda: opforge_torch.add_rms_norm(_x(), _x().double(), _w()),
+    lambda: opforge_torch.add_rms_norm(_x(), _x(), torch.ones(4)),
+    lambda: OPS.add_rms_norm_backward(_x(), torch.ones(2, 4), _x(), _x(), _w(), 1e-6),
+    lambda: OPS.add_rms_norm_backward(_x(), _x().double(), _x(), _x(), _w(), 1e-6),
+    lambda: OPS.add_rms_norm_backward(_x(), _x(), _x(), torch.ones(1, 8), _w(), 1e-6),
 ]
 
 
 @pytest.mark.parametrize("call", FAKE_AND_REAL, ids=[
     "int64", "float16-cpu", "w-length", "w-rank", "w-dtype", "rank0", "dy-shape", "dy-dtype",
-    "rms-dy-dtype", "rms-dy-shape"])
+    "rms-dy-dtype", "rms-dy-shape", "r-shape", "r-broadcast", "r-rank", "r-dtype", "add-w-length",
+    "dh-shape", "dh-dtype", "backward-r-broadcast"])
 def test_fake_kernels_refuse_what_the_cpu_kernels_refuse(call):
     """Same text from the C++ kernel (real tensors) and the fake kernel (fake CPU tensors)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -128,7 +149,7 @@ def test_meta_refuses_integer_input():
 @pytest.mark.parametrize("case", [c for op in spec.OPS.values() for c in op.bad_cases()],
                          ids=lambda c: c.name)
 def test_spec_bad_cases_fail_alike_under_torch_compile(case):
-    op = spec.SWISH if case.mentions[0] == "opforge.Swish" else spec.RMS_NORM
+    op = spec.OPS[case.mentions[0].removeprefix("opforge.")]
     fn = getattr(OPS, op.torch_name)
     attrs = [case.attrs.get(k, a.default) for k, a in op.attributes.items()]
     inputs = [torch.from_numpy(a) for a in case.inputs]

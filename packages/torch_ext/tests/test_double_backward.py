@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 
+import opforge_spec as spec
 import opforge_torch
 
 
@@ -41,13 +42,29 @@ def test_rms_norm_gradgradcheck_with_weight(eps, shape):
     assert torch.autograd.gradgradcheck(lambda a, b: opforge_torch.rms_norm(a, b, eps), (x, w))
 
 
+@pytest.mark.parametrize("outputs", [(0,), (1,), (0, 1)], ids=["Y", "H", "Y-and-H"])
+@pytest.mark.parametrize("eps", [1e-5, 0.25])
+def test_add_rms_norm_gradgradcheck_with_each_output(eps, outputs):
+    x, w = _inputs((3, 7))
+    r = torch.randn_like(x).requires_grad_()
+
+    def used(a, b, c):
+        y_h = opforge_torch.add_rms_norm(a, b, c, eps)
+        return tuple(y_h[i] for i in outputs)
+
+    assert torch.autograd.gradgradcheck(used, (x, r, w))
+
+
 def test_backward_ops_gradcheck_directly():
-    """The backward ops' own formulas against finite differences, every input including dY."""
+    """The backward ops' own formulas against finite differences, every input including dY (and dH)."""
     x, w = _inputs()
     g = torch.randn_like(x).requires_grad_()
+    g_h = torch.randn_like(x).requires_grad_()
+    r = torch.randn_like(x).requires_grad_()
     ops = torch.ops.opforge
     assert torch.autograd.gradcheck(lambda a, b: ops.swish_backward(a, b, 1.3), (g, x))
     assert torch.autograd.gradcheck(lambda a, b, c: ops.rms_norm_backward(a, b, c, 1e-5), (g, x, w))
+    assert torch.autograd.gradcheck(lambda *t: ops.add_rms_norm_backward(*t, 1e-5), (g, g_h, x, r, w))
 
 
 def _second_derivatives(fn, inputs, vector):
@@ -79,6 +96,23 @@ def test_rms_norm_hessian_vector_product_matches_composed():
         warnings.simplefilter("error")
         got = _second_derivatives(lambda a, b: opforge_torch.rms_norm(a, b, eps), (x, w), v)
     expected = _second_derivatives(lambda a, b: _composed_rms_norm(a, b, eps32), (x, w), v)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-11)
+    assert all(t.abs().max() > 0.1 for t in got)
+
+
+def test_add_rms_norm_hessian_vector_product_matches_composed():
+    x, w = _inputs(seed=5)
+    r = torch.randn_like(x).requires_grad_()
+    v = (torch.randn_like(x), torch.randn_like(x), torch.randn_like(w))
+    eps32 = float(torch.tensor(1e-5, dtype=torch.float32))  # the kernels' epsilon
+
+    def both(fn):  # the two outputs side by side: one tensor for _second_derivatives' probe
+        return lambda a, b, c: torch.cat(fn(a, b, c, eps32), dim=-1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _second_derivatives(both(opforge_torch.add_rms_norm), (x, r, w), v)
+    expected = _second_derivatives(both(spec.ADD_RMS_NORM.composed), (x, r, w), v)
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-11)
     assert all(t.abs().max() > 0.1 for t in got)
 

@@ -10,10 +10,13 @@ import opforge_torch  # noqa: F401  (registers the ops)
 _GEN = torch.Generator().manual_seed(0)
 _X = torch.randn(2, 6, generator=_GEN, dtype=torch.float64)
 _W = torch.rand(6, generator=_GEN, dtype=torch.float64) + 0.5
+_R = torch.randn(2, 6, generator=_GEN, dtype=torch.float64)
 CASES = {  # op -> (its function of the tensor inputs, the inputs)
     "Swish": (lambda x: torch.ops.opforge.swish(x, 1.3), (_X,)),
     "RMSNorm": (lambda x, w: torch.ops.opforge.rms_norm(x, w, 1e-5), (_X, _W)),
     "SwiGLU": (lambda x: torch.ops.opforge.swiglu(x, 1.3), (_X,)),
+    "GeGLU": (torch.ops.opforge.geglu.default, (_X,)),
+    "AddRMSNorm": (lambda x, r, w: torch.ops.opforge.add_rms_norm(x, r, w, 1e-5), (_X, _R, _W)),
     "Swish, default beta": (torch.ops.opforge.swish.default, (_X,)),
 }
 
@@ -22,12 +25,21 @@ def _argnums(inputs):
     return tuple(range(len(inputs)))
 
 
+def _outputs(result) -> tuple:
+    return result if isinstance(result, tuple) else (result,)
+
+
 def _weighted_sum(fn, cotangent):
-    return lambda *inputs: (fn(*inputs) * cotangent).sum()
+    """sum over the outputs of <output, its cotangent>: a scalar using every output."""
+    return lambda *inputs: sum((o * c).sum() for o, c in zip(_outputs(fn(*inputs)), _outputs(cotangent)))
 
 
 def _cotangent(fn, inputs):
-    return torch.randn(fn(*inputs).shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    """One random cotangent per output (a tuple for an op with several outputs)."""
+    gen = torch.Generator().manual_seed(1)
+    outputs = fn(*inputs)
+    cotangents = tuple(torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in _outputs(outputs))
+    return cotangents if isinstance(outputs, tuple) else cotangents[0]
 
 
 def _autograd_grads(fn, inputs, cotangent):
@@ -69,6 +81,30 @@ def test_jacrev_of_jacrev_gives_autograds_hessian(op):
     torch.testing.assert_close(got, torch.autograd.functional.hessian(scalar, inputs))
 
 
+def test_vmap_of_grad_gives_per_sample_gradients_through_both_outputs():
+    fn, (x, r, w) = CASES["AddRMSNorm"]
+
+    def loss(row, residual, weight):
+        y, h = fn(row, residual, weight)
+        return y.pow(2).sum() + (h * y).sum()
+
+    got = torch.func.vmap(torch.func.grad(loss, argnums=(0, 1, 2)), in_dims=(0, 0, None))(x, r, w)
+    rows = [_autograd_grads(loss, (row, res, w), torch.tensor(1.0, dtype=torch.float64))
+            for row, res in zip(x, r)]
+    torch.testing.assert_close(got, tuple(torch.stack(g) for g in zip(*rows)))
+
+
+def test_grad_of_one_output_alone():
+    """The output not used gets no gradient from torch.func; its zeros are the backward's."""
+    fn, inputs = CASES["AddRMSNorm"]
+    for index in (0, 1):
+        def one(*tensors):
+            return fn(*tensors)[index].pow(2).sum()
+
+        got = torch.func.grad(one, argnums=(0, 1, 2))(*inputs)
+        torch.testing.assert_close(got, _autograd_grads(one, inputs, torch.tensor(1.0, dtype=torch.float64)))
+
+
 def test_vmap_of_grad_gives_per_sample_gradients():
     fn, (x, w) = CASES["RMSNorm"]
 
@@ -80,7 +116,7 @@ def test_vmap_of_grad_gives_per_sample_gradients():
     torch.testing.assert_close(got, tuple(torch.stack(g) for g in zip(*rows)))
 
 
-@pytest.mark.parametrize("op", ["Swish", "RMSNorm", "SwiGLU"])
+@pytest.mark.parametrize("op", list(spec.OPS))
 def test_forward_mode_is_refused_naming_the_op(op):
     fn, inputs = CASES[op]
     message = spec.error(op, "derivative", "reverse mode (backward, torch.func.grad, vjp or jacrev)",

@@ -16,12 +16,19 @@ def _cases(dtypes):
 
 def _check(op, dtype, case, device):
     inputs = [to_torch(a, dtype, device, case.non_contiguous) for a in case.inputs]
-    if op.name == "RMSNorm" and inputs[0].dim() == 0:
-        pytest.skip("rank 0 is an error for RMSNorm (tested in test_errors)")
-    actual = run_op(op, inputs, case.attrs)
-    assert actual.shape == spec.output_shape(op, inputs[0].shape) and actual.dtype == inputs[0].dtype
+    if op.x_error(inputs[0].shape) is not None:
+        pytest.skip(f"X of this shape is an error for {op.name} (tested in test_ops.py)")
+    result = run_op(op, inputs, case.attrs)
+    outputs = result if isinstance(result, tuple) else (result,)
+    x = inputs[0]
+    # Y by the spec's shape rule, a second output H with X's shape; each of X's dtype
+    shapes = (spec.output_shape(op, x.shape), *(tuple(x.shape),) * (len(op.outputs) - 1))
+    assert [tuple(t.shape) for t in outputs] == [tuple(s) for s in shapes]
+    assert all(t.dtype == x.dtype for t in outputs)
     expected = op.reference(*case.inputs, **case.attrs)
-    op.check_close(to_numpy(actual), expected, dtype, inputs=case.inputs, label=case.name)
+    actual = tuple(to_numpy(t) for t in outputs)
+    op.check_close(actual if len(actual) > 1 else actual[0], expected, dtype, inputs=case.inputs,
+                   label=case.name)
 
 
 @pytest.mark.parametrize("op,dtype,case", list(_cases(CPU_DTYPES)))
@@ -66,6 +73,32 @@ def test_rms_norm_backward_against_composed(dtype, rtol, atol, shape):
     torch.testing.assert_close(dw.double(), dw64, rtol=rtol, atol=atol * shape[0])
 
 
+def _add_rms_norm_grads64(x, r, w, eps):
+    """dX, dR, dW of sum(Y * GY + H * GH) from torch autograd on the composed float64 formula."""
+    x, r, w = (t.detach().double().requires_grad_() for t in (x, r, w))
+    y, h = spec.ADD_RMS_NORM.composed(x, r, w, eps)
+    gy = torch.linspace(-1, 1, y.numel(), dtype=torch.float64).reshape(y.shape)
+    gh = torch.linspace(1, -0.5, h.numel(), dtype=torch.float64).reshape(h.shape)
+    return (gy, gh), torch.autograd.grad((y * gy).sum() + (h * gh).sum(), (x, r, w))
+
+
+@pytest.mark.parametrize("dtype,rtol,atol", [("float32", 1e-4, 1e-5), ("float64", 1e-10, 1e-12),
+                                             ("bfloat16", 3e-2, 1e-2)])
+@pytest.mark.parametrize("shape", [(300, 257), (3, 5, 8)], ids=["multi-block", "small"])
+def test_add_rms_norm_backward_against_composed(dtype, rtol, atol, shape):
+    torch.manual_seed(0)
+    cast = lambda t: t.to(getattr(torch, dtype))  # noqa: E731
+    x, r = cast(torch.randn(*shape, dtype=torch.float64)), cast(torch.randn(*shape, dtype=torch.float64))
+    w = cast(torch.rand(shape[-1], dtype=torch.float64) + 0.5)
+    # the reference on the rounded inputs, with H = X + R rounded as the kernels store it
+    h = cast(x.double() + r.double())
+    (gy, gh), (dh64, _, dw64) = _add_rms_norm_grads64(h, torch.zeros_like(h), w, 1e-5)
+    dx, dr, dw = torch.ops.opforge.add_rms_norm_backward(cast(gy), cast(gh), x, r, w, 1e-5)
+    assert torch.equal(dx, dr) and dx.data_ptr() != dr.data_ptr()
+    torch.testing.assert_close(dx.double(), dh64, rtol=rtol, atol=atol)
+    torch.testing.assert_close(dw.double(), dw64, rtol=rtol, atol=atol * shape[0])
+
+
 def test_swish_backward_against_composed():
     x = torch.randn(70000, dtype=torch.float64)  # > one parallel_for grain
     g = torch.randn_like(x)
@@ -89,6 +122,11 @@ def test_empty_gradients():
     w = torch.ones(8, requires_grad=True)
     torch.ops.opforge.rms_norm(x, w, 1e-6).sum().backward()
     assert x.grad.shape == (0, 8) and torch.equal(w.grad, torch.zeros(8))
+    x.grad, w.grad = None, None
+    r = torch.zeros(0, 8, requires_grad=True)
+    y, h = torch.ops.opforge.add_rms_norm(x, r, w, 1e-6)
+    (y.sum() + h.sum()).backward()
+    assert x.grad.shape == r.grad.shape == (0, 8) and torch.equal(w.grad, torch.zeros(8))
     np.testing.assert_array_equal(to_numpy(torch.ops.opforge.swish(torch.zeros(0), 1.0)), [])
 
 
@@ -98,7 +136,9 @@ def _every_cpu_op(x, w, g):
     return [torch.ops.opforge.swish(x, 1.3), torch.ops.opforge.swish_backward(g, x, 1.3),
             torch.ops.opforge.rms_norm(x, w, 1e-5),
             *torch.ops.opforge.rms_norm_backward(g, x, w, 1e-5),
-            torch.ops.opforge.swiglu(x, 0.9), torch.ops.opforge.swiglu_backward(g[:, : half.shape[1]], x, 0.9)]
+            torch.ops.opforge.swiglu(x, 0.9), torch.ops.opforge.swiglu_backward(g[:, : half.shape[1]], x, 0.9),
+            *torch.ops.opforge.add_rms_norm(x, g, w, 1e-5),
+            *torch.ops.opforge.add_rms_norm_backward(g, x.flip(0), x, g, w, 1e-5)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])

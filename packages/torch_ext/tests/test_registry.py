@@ -46,9 +46,16 @@ def test_the_entry_point_gives_the_composed_forms_value(op):
     attrs = {k: float(np.float32(v)) for k, v in case.attrs.items()}  # the kernels' float32 value
     got = getattr(opforge_torch, op.torch_name)(*tensors, **attrs)
     torch.testing.assert_close(got, op.composed(*tensors, **attrs), rtol=1e-12, atol=1e-12)
-    out = torch.empty_like(got)
+    outputs = _as_tuple(got)
+    assert len(outputs) == len(op.outputs)
+    out = tuple(torch.empty_like(t) for t in outputs)
+    out = out if len(out) > 1 else out[0]  # (y_out, h_out) for an op with two outputs
     assert getattr(opforge_torch, op.torch_name)(*tensors, **attrs, out=out) is out
     torch.testing.assert_close(out, got, rtol=0, atol=0)
+
+
+def _as_tuple(result) -> tuple:
+    return result if isinstance(result, tuple) else (result,)
 
 
 class _Call(torch.nn.Module):
@@ -75,7 +82,37 @@ def test_the_specs_decomposition_is_standard_onnx_with_the_ops_value(tmp_path, o
     proto = onnx.load(path)
     assert {n.domain for n in proto.graph.node} == {""} and not proto.functions
     assert {o.domain: o.version for o in proto.opset_import} == {"": opset}
-    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    _assert_runs_as_the_op(onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]),
+                           model, tensors, op)
+
+
+def _assert_runs_as_the_op(session, model, tensors, op):
+    """Every output of the graph, in ONNX Runtime, is the op's output."""
+    assert [o.name for o in session.get_outputs()] and len(session.get_outputs()) == len(op.outputs)
     feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
-    (got,) = session.run(None, feeds)
-    np.testing.assert_allclose(got, model(*tensors).numpy(), rtol=1e-5, atol=1e-6)
+    got = session.run(None, feeds)
+    with torch.no_grad():
+        expected = _as_tuple(model(*tensors))
+    for name, g, e in zip(op.outputs, got, expected):
+        np.testing.assert_allclose(g, e.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"{op.name}: {name}")
+
+
+@pytest.mark.parametrize("dynamo,opset", [(False, 17), (True, 21)], ids=["torchscript-17", "dynamo-21"])
+@pytest.mark.parametrize("op", OPS, ids=IDS)
+def test_the_opforge_node_runs_in_onnxruntime_with_the_plugin(tmp_path, op, dynamo, opset):
+    """One opforge node per call, with one output per output of the op, that ONNX Runtime runs
+    with opforge's plugin (opforge_ort) and gives the op's values."""
+    import onnx
+    import onnxruntime
+
+    opforge_ort = pytest.importorskip("opforge_ort")
+    case = op.cases("float32")[0]
+    tensors = [to_torch(a, "float32") for a in case.inputs]
+    model, path = _Call(op, case.attrs), str(tmp_path / "model.onnx")
+    opforge_onnx.export(model, tuple(tensors), path, dynamo=dynamo, opset_version=opset)
+    nodes = [n for n in onnx.load(path).graph.node if n.domain == spec.DOMAIN]
+    assert [(n.op_type, len(n.output)) for n in nodes] == [(op.name, len(op.outputs))]
+    options = onnxruntime.SessionOptions()
+    options.register_custom_ops_library(opforge_ort.library_path())
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    _assert_runs_as_the_op(session, model, tensors, op)
