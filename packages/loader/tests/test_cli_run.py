@@ -67,3 +67,43 @@ def test_unwritable_output_is_one_line(tmp_path):
     proc = run("--input", tmp_path / "x.npy", "--attr", "scale=2", "--out", target)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == f"opforge-loader run: --out {target}: cannot write: No such file or directory"
+
+
+def _multi_output_op():
+    spec = pytest.importorskip("opforge_spec", reason="pip install ./kernels (the op spec) to run these")
+    return next(op for op in spec.OPS.values() if len(op.outputs) > 1)
+
+
+def _run_op(op, tmp_path, outs):
+    case = op.cases("float32")[0]
+    args = []
+    for name, a in zip(op.inputs, case.inputs):
+        np.save(tmp_path / f"{name}.npy", np.asarray(a, np.float32))
+        args += ["--input", tmp_path / f"{name}.npy"]
+    for out in outs:
+        args += ["--out", tmp_path / out]
+    proc = subprocess.run([*CLI, "run", op.name, "--plugin-dir", opforge_loader.plugin_dir(), *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+    return case, proc
+
+
+def test_run_writes_every_output(tmp_path):
+    """An op with several outputs (AddRMSNorm: Y, H): one --out per output, each file the output's
+    values, each named on the summary line."""
+    op = _multi_output_op()
+    names = [f"{name}.out.npy" for name in op.outputs]
+    case, proc = _run_op(op, tmp_path, names)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for i, name in enumerate(names):
+        assert f"output {i}: float32" in proc.stdout and f"-> {tmp_path / name}" in proc.stdout, proc.stdout
+    outputs = tuple(np.load(tmp_path / name) for name in names)
+    op.check_close(outputs, op.reference(*case.inputs, **case.attrs), "float32", case.inputs, case.name)
+
+
+def test_more_out_files_than_outputs_is_a_usage_error(tmp_path):
+    op = _multi_output_op()
+    names = [f"{i}.npy" for i in range(len(op.outputs) + 1)]
+    _, proc = _run_op(op, tmp_path, names)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"opforge-loader run: --out: expected at most {len(op.outputs)} "), proc.stderr
+    assert not any((tmp_path / name).exists() for name in names)

@@ -22,12 +22,32 @@ def shipped():
 def test_shipped_plugins_load_with_manifests(shipped):
     assert shipped.refusals == []
     assert {(o.plugin, o.domain, o.name, o.version_major) for o in shipped.ops()} == {
-        ("opforge_nn", "opforge", "Swish", 1), ("opforge_nn", "opforge", "RMSNorm", 1),
-        ("opforge_nn", "opforge", "SwiGLU", 1), ("opforge_nn", "opforge", "GeGLU", 1),
+        ("opforge_nn", spec.DOMAIN, name, spec.DOMAIN_VERSION) for name in spec.OPS} | {
         ("example_scale", "example", "Scale", 1)}
     for lib in ("libops_opforge_nn.so.1", "libops_example_scale.so.1"):
         out = subprocess.run(["readelf", "-d", os.path.join(opforge_loader.plugin_dir(), lib)], capture_output=True, text=True).stdout
         assert f"Library soname: [{lib}]" in out
+
+
+@pytest.mark.parametrize("op_name", list(spec.OPS))
+def test_declares_the_spec_inputs_and_outputs(shipped, op_name):
+    """The op's tensors as its descriptor has them: X[, R][, W] in, Y[, H] out."""
+    info = next(o for o in shipped.ops() if (o.plugin, o.name) == ("opforge_nn", op_name))
+    assert tuple(i.name for i in info.inputs) == spec.OPS[op_name].inputs
+    assert tuple(o.name for o in info.outputs) == spec.OPS[op_name].outputs
+
+
+def _output_shapes(op, x_shape) -> list:
+    """Y by the op's shape rule, then H (a second output) of X's shape."""
+    return [spec.output_shape(op, x_shape)] + [tuple(x_shape)] * (len(op.outputs) - 1)
+
+
+def _as_outputs(op, result) -> tuple:
+    """shipped.run's result as a tuple of the op's outputs (one array for a one-output op)."""
+    if len(op.outputs) == 1:
+        return (result,)
+    assert isinstance(result, tuple) and len(result) == len(op.outputs), result
+    return result
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -35,9 +55,11 @@ def test_shipped_plugins_load_with_manifests(shipped):
 def test_matches_spec_reference(shipped, op_name, dtype):
     op = spec.OPS[op_name]
     for case in op.cases(dtype):
-        actual = shipped.run(op_name, list(case.inputs), case.attrs)
-        assert actual.dtype == np.dtype(dtype) and actual.shape == spec.output_shape(op, np.shape(case.inputs[0])), case.name
-        op.check_close(actual, op.reference(*case.inputs, **case.attrs), dtype)
+        outputs = _as_outputs(op, shipped.run(op_name, list(case.inputs), case.attrs))
+        assert [(a.dtype, a.shape) for a in outputs] == [(np.dtype(dtype), s) for s in _output_shapes(
+            op, np.shape(case.inputs[0]))], case.name
+        actual = outputs[0] if len(outputs) == 1 else outputs
+        op.check_close(actual, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
 
 
 @pytest.mark.parametrize("op_name", list(spec.OPS))
@@ -74,24 +96,43 @@ def test_scale(shipped):
     np.testing.assert_array_equal(shipped.run("Scale", [x.astype(np.float32)]), x.astype(np.float32))
 
 
-@pytest.mark.parametrize("op_name", ["Swish", "RMSNorm"])
+@pytest.mark.parametrize("op_name", list(spec.OPS))
 def test_bfloat16_matches_spec(shipped, op_name):
     ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes (pip install opforge-loader[bf16])")
     op = spec.OPS[op_name]
     for case in op.cases("bfloat16"):
         inputs = [np.asarray(a, np.float32).astype(ml_dtypes.bfloat16) for a in case.inputs]
-        actual = shipped.run(op_name, inputs, case.attrs)
-        assert actual.dtype == np.dtype(ml_dtypes.bfloat16), case.name
-        op.check_close(actual.astype(np.float32), op.reference(*case.inputs, **case.attrs), "bfloat16")
+        outputs = _as_outputs(op, shipped.run(op_name, inputs, case.attrs))
+        assert all(a.dtype == np.dtype(ml_dtypes.bfloat16) for a in outputs), case.name
+        as_float = tuple(a.astype(np.float32) for a in outputs)
+        op.check_close(as_float[0] if len(as_float) == 1 else as_float, op.reference(*case.inputs, **case.attrs),
+                       "bfloat16", case.inputs, case.name)
+
+
+@pytest.mark.parametrize("op_name", [name for name, op in spec.OPS.items() if "R" in op.inputs])
+def test_residual_of_another_shape_or_dtype_is_refused(shipped, op_name):
+    """R is X's shape and dtype: the spec's canonical text, never a read past R's end."""
+    op = spec.OPS[op_name]
+    x, w = np.ones((2, 4), np.float32), np.ones(4, np.float32)
+
+    def run_with(r):
+        with pytest.raises(opforge_loader.OpforgeError) as info:
+            shipped.run(op_name, [r if name == "R" else w if name == "W" else x for name in op.inputs])
+        return str(info.value)
+
+    for r in (np.ones((2, 3), np.float32), np.ones(8, np.float32), np.ones((1, 4), np.float32)):
+        assert run_with(r) == op.r_error(x.shape, r.shape)
+    assert run_with(np.ones((2, 4), np.float64)) == f"opforge.{op_name}: R: expected dtype float32 (same as X), got float64"
 
 
 @pytest.mark.parametrize("op_name, attr, value", [
     ("Swish", "beta", 1e39), ("Swish", "beta", float("-inf")), ("Swish", "beta", float("nan")),
-    ("Swish", "beta", -3.5e38), ("RMSNorm", "epsilon", 1e300), ("RMSNorm", "epsilon", -1.0)])
+    ("Swish", "beta", -3.5e38), ("RMSNorm", "epsilon", 1e300), ("RMSNorm", "epsilon", -1.0),
+    ("AddRMSNorm", "epsilon", 1e300), ("AddRMSNorm", "epsilon", float("inf"))])
 def test_attributes_follow_the_shared_float32_rule(shipped, op_name, attr, value):
     """The same rule and text as every layer (opforge_spec / kernels attrs.h): finite in float32."""
     op = spec.OPS[op_name]
-    inputs = [np.ones((2, 4), np.float32), np.ones(4, np.float32)][:len(op.inputs)]
+    inputs = [np.ones((2, 4), np.float32) if name != "W" else np.ones(4, np.float32) for name in op.inputs]
     with pytest.raises(opforge_loader.OpforgeError) as info:
         shipped.run(op_name, inputs, {attr: value})
     assert str(info.value) == op.attributes[attr].error(op_name, value)

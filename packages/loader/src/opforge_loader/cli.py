@@ -192,6 +192,9 @@ def cmd_run(args) -> int:
             return 1
     outs = out if isinstance(out, tuple) else (out,)
     targets = args.out or []
+    if len(targets) > len(outs):
+        raise UsageError(f"opforge-loader run: --out: expected at most {len(outs)} (one per output of {used}), "
+                         f"got {len(targets)}")
     _save_outputs(outs, targets)
     print(f"{used}: " + ", ".join(f"output {i}: {a.dtype} {list(a.shape)}" + (f" -> {targets[i]}" if i < len(targets) else "")
                                    for i, a in enumerate(outs)))

@@ -2,6 +2,7 @@
 // single source of op math) and declared from the descriptors generated from the op spec (names,
 // domain, version, attributes). Runs single-threaded: threading is the host engine's job.
 #include <opforge/kernels/cpu_ops.h>
+#include <opforge/kernels/shapes.h>
 #include <opforge/plugin.h>
 
 #include <array>
@@ -16,8 +17,17 @@ namespace {
 namespace k = opforge::kernels;
 
 const int32_t kTypes[] = {OPFORGE_DTYPE_FLOAT32, OPFORGE_DTYPE_FLOAT64, OPFORGE_DTYPE_BFLOAT16};
-const OpforgeIODesc kInputs[] = {{"X", 3, kTypes}, {"W", 3, kTypes}};  // an op takes the first nb_inputs
-const OpforgeIODesc kOut[] = {{"Y", 3, kTypes}};
+// The tensors by position, as the descriptors define them (shapes.h): inputs X[, R][, W], outputs
+// Y[, H]; an op takes the first nb_outputs outputs.
+const OpforgeIODesc kInputsX[] = {{"X", 3, kTypes}};
+const OpforgeIODesc kInputsXW[] = {{"X", 3, kTypes}, {"W", 3, kTypes}};
+const OpforgeIODesc kInputsXRW[] = {{"X", 3, kTypes}, {"R", 3, kTypes}, {"W", 3, kTypes}};
+const OpforgeIODesc kOutputs[] = {{"Y", 3, kTypes}, {"H", 3, kTypes}};
+constexpr size_t kMaxOutputs = sizeof kOutputs / sizeof kOutputs[0];
+
+constexpr const OpforgeIODesc* inputs_of(const k::OpDesc& op) {
+  return k::has_residual(op) ? kInputsXRW : k::has_weight(op) ? kInputsXW : kInputsX;
+}
 
 struct Params {
   k::AttrValues attrs;  // the op's attributes (beta, epsilon, ...), in its descriptor's order
@@ -52,58 +62,83 @@ int32_t create(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size
   return *inst ? OPFORGE_OK : OPFORGE_ERR_OUT_OF_MEMORY;
 }
 
+std::string same_dtype_error(const k::OpDesc& op, const char* name, const OpforgeTensor& x, const OpforgeTensor& t) {
+  if (t.dtype == x.dtype) return {};
+  return k::error_text(op.name, name, std::string("dtype ") + dtype_name(x.dtype) + " (same as X)", dtype_name(t.dtype));
+}
+
 std::string input_error(const k::OpDesc& op, const OpforgeTensor* in) {
   const OpforgeTensor& x = in[0];
   std::string error = k::x_shape_error(op, x.shape, x.rank);
-  if (!error.empty() || op.nb_inputs < 2) return error;
-  const OpforgeTensor& w = in[1];
-  error = k::w_shape_error(op, x.shape, x.rank, w.shape, w.rank);
-  if (error.empty() && w.dtype != x.dtype)
-    error = k::error_text(op.name, "W", std::string("dtype ") + dtype_name(x.dtype) + " (same as X)", dtype_name(w.dtype));
+  if (error.empty() && k::has_residual(op)) {
+    const OpforgeTensor& r = in[1];
+    error = k::r_shape_error(op, x.shape, x.rank, r.shape, r.rank);
+    if (error.empty()) error = same_dtype_error(op, "R", x, r);
+  }
+  if (error.empty() && k::has_weight(op)) {
+    const OpforgeTensor& w = in[op.nb_inputs - 1];
+    error = k::w_shape_error(op, x.shape, x.rank, w.shape, w.rank);
+    if (error.empty()) error = same_dtype_error(op, "W", x, w);
+  }
   return error;
 }
 
+// Y by the op's shape rule, then a second output H of X's shape and dtype.
 template <class Op>
 int32_t shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char* err, size_t len) {
   const std::string error = input_error(Op::desc, in);
   if (!error.empty()) return fail(err, len, error);
-  out->dtype = in[0].dtype;
-  out->rank = in[0].rank;
-  k::output_shape(Op::desc, in[0].shape, in[0].rank, out->shape);
+  for (int32_t o = 0; o < Op::desc.nb_outputs; ++o) {
+    out[o].dtype = in[0].dtype;
+    out[o].rank = in[0].rank;
+    for (int32_t i = 0; i < in[0].rank; ++i) out[o].shape[i] = in[0].shape[i];
+  }
+  k::output_shape(Op::desc, in[0].shape, in[0].rank, out[0].shape);
   return OPFORGE_OK;
 }
 
-bool output_matches(const char* op, const OpforgeTensor& x, const OpforgeTensorDesc& want, const OpforgeTensor& y,
-                    char* err, size_t len) {
+bool output_matches(const char* op, const char* name, const OpforgeTensor& x, const OpforgeTensorDesc& want,
+                    const OpforgeTensor& got, char* err, size_t len) {
   const int64_t n = k::element_count(want.shape, want.rank);
-  if (y.dtype == x.dtype && k::element_count(y.shape, y.rank) == n && (n == 0 || y.data)) return true;
-  fail(err, len, std::string("opforge.") + op + ": Y: expected " + dtype_name(x.dtype) + " output of shape " +
-                     shape_of(want.rank, want.shape) + ", got " + dtype_name(y.dtype) + " of shape " +
-                     shape_of(y.rank, y.shape));
+  if (got.dtype == x.dtype && k::element_count(got.shape, got.rank) == n && (n == 0 || got.data)) return true;
+  fail(err, len, std::string("opforge.") + op + ": " + name + ": expected " + dtype_name(x.dtype) +
+                     " output of shape " + shape_of(want.rank, want.shape) + ", got " + dtype_name(got.dtype) +
+                     " of shape " + shape_of(got.rank, got.shape));
   return false;
 }
 
+template <class T>
+const T* tensor_data(const OpforgeTensor& t) {
+  return static_cast<const T*>(t.data);
+}
+
+// The op's tensors by position (X[, R][, W] -> Y[, H]) into the kernel's arguments.
 template <class Op, class T>
-void run(const OpforgeTensor* in, uint32_t n_in, const OpforgeTensor& y, const k::AttrValues& attrs) {
-  const k::RowView v = k::row_view(Op::desc, in[0].shape, in[0].rank);
-  const k::cpu::Forward<T> args{static_cast<const T*>(in[0].data), n_in > 1 ? static_cast<const T*>(in[1].data) : nullptr,
-                                static_cast<T*>(y.data), v.cols, attrs};
+void run(const OpforgeTensor* in, const OpforgeTensor* out, const k::AttrValues& attrs) {
+  constexpr const k::OpDesc& op = Op::desc;
+  const k::RowView v = k::row_view(op, in[0].shape, in[0].rank);
+  k::cpu::Forward<T> args{tensor_data<T>(in[0]), k::has_weight(op) ? tensor_data<T>(in[op.nb_inputs - 1]) : nullptr,
+                          static_cast<T*>(out[0].data), v.cols, attrs};
+  if (k::has_residual(op)) args.r = tensor_data<T>(in[1]);
+  if (op.nb_outputs > 1) args.h = static_cast<T*>(out[1].data);
   Op::forward(args, 0, v.rows);
 }
 
 template <class Op>
 int32_t compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTensor* out, uint32_t n_out, char* err,
                 size_t len) {
-  OpforgeTensorDesc want;
-  const int32_t status = shapes<Op>(inst, in, n_in, &want, n_out, err, len);
+  OpforgeTensorDesc want[kMaxOutputs];
+  const int32_t status = shapes<Op>(inst, in, n_in, want, n_out, err, len);
   if (status != OPFORGE_OK) return status;
-  if (!output_matches(Op::desc.name, in[0], want, out[0], err, len)) return OPFORGE_ERR_INVALID_ARGUMENT;
+  for (int32_t o = 0; o < Op::desc.nb_outputs; ++o)
+    if (!output_matches(Op::desc.name, kOutputs[o].name, in[0], want[o], out[o], err, len))
+      return OPFORGE_ERR_INVALID_ARGUMENT;
   if (k::element_count(in[0].shape, in[0].rank) == 0) return OPFORGE_OK;
   const k::AttrValues& attrs = static_cast<Params*>(inst)->attrs;
   switch (in[0].dtype) {
-    case OPFORGE_DTYPE_FLOAT32: run<Op, float>(in, n_in, out[0], attrs); break;
-    case OPFORGE_DTYPE_FLOAT64: run<Op, double>(in, n_in, out[0], attrs); break;
-    default: run<Op, k::bfloat16>(in, n_in, out[0], attrs);
+    case OPFORGE_DTYPE_FLOAT32: run<Op, float>(in, out, attrs); break;
+    case OPFORGE_DTYPE_FLOAT64: run<Op, double>(in, out, attrs); break;
+    default: run<Op, k::bfloat16>(in, out, attrs);
   }
   return OPFORGE_OK;
 }
@@ -121,11 +156,13 @@ constexpr std::array<OpforgeAttrSchema, sizeof...(I)> attr_schemas(std::index_se
 template <class Op>
 constexpr auto kAttrs = attr_schemas<Op>(std::make_index_sequence<Op::desc.nb_attrs>{});
 
-// Names, domain, version, inputs and docs from the generated descriptors (attrs.h).
+// Names, domain, version, inputs, outputs and docs from the generated descriptors (attrs.h).
 template <class Op>
 constexpr OpforgeOpDef op_def() {
+  static_assert(Op::desc.nb_outputs <= static_cast<int32_t>(kMaxOutputs), "kOutputs names every output");
   return {k::kDomain, Op::desc.name, k::kDomainVersion, 0, Op::desc.doc, static_cast<uint32_t>(Op::desc.nb_inputs),
-          kInputs, 1, kOut, static_cast<uint32_t>(Op::desc.nb_attrs), kAttrs<Op>.data(), create<Op>, destroy, shapes<Op>, compute<Op>};
+          inputs_of(Op::desc), static_cast<uint32_t>(Op::desc.nb_outputs), kOutputs,
+          static_cast<uint32_t>(Op::desc.nb_attrs), kAttrs<Op>.data(), create<Op>, destroy, shapes<Op>, compute<Op>};
 }
 
 // Every op of the spec (ops_generated.h).
