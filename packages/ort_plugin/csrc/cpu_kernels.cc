@@ -14,23 +14,34 @@ using bfloat16 = opforge::kernels::bfloat16;
 // mid-sized activations over the cores.
 constexpr int64_t kGrain = int64_t{1} << 15;
 
+// The op's tensors by its descriptor (cpu_ops.h): X, R, W in; Y, H out; absent ones nullptr.
 template <class Op, class T>
-OrtStatus* forward_typed(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor* w, void* y,
+kc::Forward<T> forward_args(const Kernel& k, const void* const* inputs, void* const* outputs, int64_t cols) {
+  constexpr const opforge::kernels::OpDesc& op = Op::desc;
+  const auto input = [&](int32_t i) { return static_cast<const T*>(inputs[i]); };
+  kc::Forward<T> args{input(0), opforge::kernels::has_weight(op) ? input(op.nb_inputs - 1) : nullptr,
+                      static_cast<T*>(outputs[0]), cols, k.attrs};
+  if (opforge::kernels::has_residual(op)) args.r = input(1);
+  if (op.nb_outputs > 1) args.h = static_cast<T*>(outputs[1]);
+  return args;
+}
+
+template <class Op, class T>
+OrtStatus* forward_typed(const Kernel& k, OrtKernelContext* ctx, const void* const* inputs, void* const* outputs,
                          const opforge::kernels::RowView& v) {
-  const kc::Forward<T> args{static_cast<const T*>(x.data), w ? static_cast<const T*>(w->data) : nullptr,
-                            static_cast<T*>(y), v.cols, k.attrs};
+  const kc::Forward<T> args = forward_args<Op, T>(k, inputs, outputs, v.cols);
   const int64_t rows_per_grain = v.cols >= kGrain ? 1 : kGrain / v.cols;
   return parallel_for(*k.api, ctx, v.rows, rows_per_grain,
                       [=](int64_t row_begin, int64_t row_end) { Op::forward(args, row_begin, row_end); });
 }
 
 template <class Op>
-OrtStatus* forward(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor* w, void* y,
-                   const opforge::kernels::RowView& v) {
-  switch (x.type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return forward_typed<Op, float>(k, ctx, x, w, y, v);
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return forward_typed<Op, double>(k, ctx, x, w, y, v);
-    default: return forward_typed<Op, bfloat16>(k, ctx, x, w, y, v);  // validated: the only other CPU type
+OrtStatus* forward(const Kernel& k, OrtKernelContext* ctx, ONNXTensorElementDataType type, const void* const* inputs,
+                   void* const* outputs, const opforge::kernels::RowView& v) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return forward_typed<Op, float>(k, ctx, inputs, outputs, v);
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return forward_typed<Op, double>(k, ctx, inputs, outputs, v);
+    default: return forward_typed<Op, bfloat16>(k, ctx, inputs, outputs, v);  // validated: the only other CPU type
   }
 }
 

@@ -5,6 +5,7 @@
 // minimum API.
 #include "ops.h"
 
+#include <array>
 #include <exception>
 #include <memory>
 
@@ -21,21 +22,54 @@ namespace {
 
 const OpDef& def_of(const OrtCustomOp* op) { return *reinterpret_cast<const OpDef*>(op); }
 
+// One element type per input, in the descriptor's order (OpDef::input_types).
+using InputTypes = std::array<ONNXTensorElementDataType, kMaxInputs>;
+
+constexpr bool inputs_fit() {
+  for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps)
+    if (op->nb_inputs > kMaxInputs) return false;
+  return true;
+}
+static_assert(inputs_fit(), "an op has more inputs than OpDef::input_types holds: raise kMaxInputs");
+
 // ---- attributes and kernel creation ------------------------------------------------------
 
-std::string node_name(const OrtApi& api, const OrtKernelInfo* info) {
+// A string the API writes through get(buffer, &size) (size asked first, with buffer nullptr);
+// empty when it fails.
+template <class Get>
+std::string api_string(const OrtApi& api, Get&& get) {
   size_t size = 0;
-  if (OrtStatus* s = api.KernelInfo_GetNodeName(info, nullptr, &size)) {
+  if (OrtStatus* s = get(nullptr, &size)) {
     api.ReleaseStatus(s);
     return {};
   }
-  std::string name(size, '\0');
-  if (OrtStatus* s = api.KernelInfo_GetNodeName(info, name.data(), &size)) {
+  std::string text(size, '\0');
+  if (OrtStatus* s = get(text.data(), &size)) {
     api.ReleaseStatus(s);
     return {};
   }
-  name.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
-  return name;
+  text.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
+  return text;
+}
+
+std::string node_name(const OrtApi& api, const OrtKernelInfo* info) {
+  return api_string(api, [&](char* out, size_t* size) { return api.KernelInfo_GetNodeName(info, out, size); });
+}
+
+// Every output of the op is required, but outputs after Y are declared optional to ORT (see
+// output_characteristic): a node that leaves one out is refused here, at session creation.
+OrtStatus* check_outputs_named(const Kernel& k, const OrtKernelInfo* info) {
+  const opforge::kernels::OpDesc& op = *k.def->desc;
+  const OrtApi& api = *k.api;
+  size_t count = 0;
+  OPFORGE_TRY(api.KernelInfo_GetOutputCount(info, &count));
+  for (size_t i = 0; i < static_cast<size_t>(op.nb_outputs); ++i) {
+    const auto get = [&](char* out, size_t* size) { return api.KernelInfo_GetOutputName(info, i, out, size); };
+    if (i >= count || api_string(api, get).empty())
+      return k.fail(nth_name(op.outputs, i), std::string("a named output (the node's outputs are ") + op.outputs + ")",
+                    "none");
+  }
+  return nullptr;
 }
 
 // ---- attribute types at ORT API 17 -------------------------------------------------------------
@@ -122,6 +156,7 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi* api, 
     k->def = &def_of(op);
     k->node = node_name(*api, info);
     OPFORGE_TRY(read_attributes(*k, info));
+    OPFORGE_TRY(check_outputs_named(*k, info));
     *kernel = k.release();
     return nullptr;
   });
@@ -138,8 +173,8 @@ bool cpu_type(ONNXTensorElementDataType t) {
 
 OrtStatus* check_x_type(const Kernel& k, const Tensor& x) {
   if (k.on_cuda()) {
-    if (x.type == k.def->x_type) return nullptr;  // ORT only routes the declared type here
-    return k.fail("X", type_name(k.def->x_type) + " tensor", type_name(x.type) + " tensor");
+    if (x.type == k.def->x_type()) return nullptr;  // ORT only routes the declared type here
+    return k.fail("X", type_name(k.def->x_type()) + " tensor", type_name(x.type) + " tensor");
   }
   if (cpu_type(x.type)) return nullptr;
   return k.fail("X", "float32, float64 or bfloat16 tensor", type_name(x.type) + " tensor");
@@ -167,43 +202,68 @@ OrtStatus* check_device_arch(const Kernel& k) {
 }
 #endif
 
-// W (ops with a second input): X's type, a 1-D per-column weight.
-OrtStatus* check_weight(const Kernel& k, const Tensor& x, const Tensor& w) {
-  if (w.type != x.type)
-    return k.fail("W", type_name(x.type) + " tensor (same type as X)", type_name(w.type) + " tensor");
-  const std::string error = opforge::kernels::w_shape_error(*k.def->desc, x.shape.data(), rank(x), w.shape.data(),
-                                                            rank(w));
+OrtStatus* fail_unless_empty(const Kernel& k, const std::string& error) {
   return error.empty() ? nullptr : k.fail(error);
 }
 
-// Every op: inputs checked by the op's descriptor, Y allocated, then its CPU or CUDA kernel.
-OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
+// The shape rule of input `index` > 0: R (the second of three) has X's shape, W (the last) is a
+// 1-D per-column weight (shapes.h has_residual / has_weight).
+std::string shape_error(const opforge::kernels::OpDesc& op, int32_t index, const Tensor& x, const Tensor& t) {
+  if (opforge::kernels::has_residual(op) && index == 1)
+    return opforge::kernels::r_shape_error(op, x.shape.data(), rank(x), t.shape.data(), rank(t));
+  return opforge::kernels::w_shape_error(op, x.shape.data(), rank(x), t.shape.data(), rank(t));
+}
+
+// X's type and shape, then every other input (X's type, its shape rule), in descriptor order.
+OrtStatus* check_inputs(const Kernel& k, const std::vector<Tensor>& in) {
   const opforge::kernels::OpDesc& op = *k.def->desc;
-  Tensor x, w;
-  OPFORGE_TRY(read_input(k, ctx, 0, x));
-  const bool weighted = op.nb_inputs > 1;
-  if (weighted) OPFORGE_TRY(read_input(k, ctx, 1, w));
+  const Tensor& x = in[0];
   OPFORGE_TRY(check_x_type(k, x));
-  const std::string x_error = opforge::kernels::x_shape_error(op, x.shape.data(), rank(x), "a rank-0 tensor (scalar)");
-  if (!x_error.empty()) return k.fail(x_error);
-  if (weighted) OPFORGE_TRY(check_weight(k, x, w));
+  OPFORGE_TRY(fail_unless_empty(
+      k, opforge::kernels::x_shape_error(op, x.shape.data(), rank(x), "a rank-0 tensor (scalar)")));
+  for (int32_t i = 1; i < op.nb_inputs; ++i) {
+    const Tensor& t = in[i];
+    if (t.type != x.type)
+      return k.fail(nth_name(op.inputs, i), type_name(x.type) + " tensor (same type as X)",
+                    type_name(t.type) + " tensor");
+    OPFORGE_TRY(fail_unless_empty(k, shape_error(op, i, x, t)));
+  }
+  return nullptr;
+}
+
+// Y from X's shape by the op's rule (shapes.h output_shape); a second output H has X's shape.
+OrtStatus* alloc_outputs(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, std::vector<void*>& outputs) {
+  const opforge::kernels::OpDesc& op = *k.def->desc;
   std::vector<int64_t> y_shape(x.shape.size());
   opforge::kernels::output_shape(op, x.shape.data(), rank(x), y_shape.data());
-  void* y = nullptr;
-  OPFORGE_TRY(alloc_output(k, ctx, y_shape, &y));
+  for (size_t i = 0; i < outputs.size(); ++i)
+    OPFORGE_TRY(alloc_output(k, ctx, i, i == 0 ? y_shape : x.shape, &outputs[i]));
+  return nullptr;
+}
+
+// Every op: inputs checked by the op's descriptor, its outputs allocated, then its CPU or CUDA
+// kernel with the inputs and outputs in descriptor order.
+OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
+  const opforge::kernels::OpDesc& op = *k.def->desc;
+  std::vector<Tensor> in(op.nb_inputs);
+  for (int32_t i = 0; i < op.nb_inputs; ++i) OPFORGE_TRY(read_input(k, ctx, i, in[i]));
+  OPFORGE_TRY(check_inputs(k, in));
+  const Tensor& x = in[0];
+  std::vector<void*> outputs(op.nb_outputs, nullptr);
+  OPFORGE_TRY(alloc_outputs(k, ctx, x, outputs));
   if (x.size == 0) return nullptr;
+  std::vector<const void*> inputs;
+  for (const Tensor& t : in) inputs.push_back(t.data);
   const opforge::kernels::RowView v = opforge::kernels::row_view(op, x.shape.data(), rank(x));
 #ifdef OPFORGE_WITH_CUDA
   if (k.on_cuda()) {
     OPFORGE_TRY(check_device_arch(k));
     void* stream = nullptr;
     OPFORGE_TRY(cuda_stream(k, ctx, &stream));
-    const void* inputs[] = {x.data, weighted ? w.data : nullptr};
-    void* outputs[] = {y};
-    return cuda_status(k, cuda::forward(op, x.type, inputs, outputs, v.rows, v.cols, k.attrs, stream));
+    return cuda_status(k, cuda::forward(op, x.type, inputs.data(), outputs.data(), v.rows, v.cols, k.attrs, stream));
   }
 #endif
-  return k.def->cpu(k, ctx, x, weighted ? &w : nullptr, y, v);
+  return k.def->cpu(k, ctx, x.type, inputs.data(), outputs.data(), v);
 }
 
 OrtStatus* ORT_API_CALL compute(void* kernel, OrtKernelContext* ctx) {
@@ -217,19 +277,26 @@ const char* ORT_API_CALL get_name(const OrtCustomOp* op) { return def_of(op).des
 const char* ORT_API_CALL get_provider(const OrtCustomOp* op) { return def_of(op).provider; }
 size_t ORT_API_CALL input_count(const OrtCustomOp* op) { return def_of(op).desc->nb_inputs; }
 ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t i) {
-  return i == 0 ? def_of(op).x_type : def_of(op).w_type;
+  return def_of(op).input_types[i];
 }
-size_t ORT_API_CALL output_count(const OrtCustomOp*) { return 1; }
-// UNDEFINED: ORT takes the output type from the one input whose type is open (X).
-ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp* op, size_t) { return def_of(op).x_type; }
+size_t ORT_API_CALL output_count(const OrtCustomOp* op) { return def_of(op).desc->nb_outputs; }
+// UNDEFINED: ORT takes every output's type from the one input whose type is open (X).
+ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp* op, size_t) { return def_of(op).x_type(); }
 OrtCustomOpInputOutputCharacteristic ORT_API_CALL required(const OrtCustomOp*, size_t) {
   return INPUT_OUTPUT_REQUIRED;
+}
+// ORT 1.17's schema builder allows one required output of open type (X's) at most: it counts each
+// such output as one more open input type. So the outputs after Y are declared optional, on every
+// execution provider alike (ORT merges an op's kernels into one schema); check_outputs_named
+// refuses a node without them.
+OrtCustomOpInputOutputCharacteristic ORT_API_CALL output_characteristic(const OrtCustomOp*, size_t i) {
+  return i == 0 ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
 }
 OrtMemType ORT_API_CALL default_memory(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
 int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
 int ORT_API_CALL domain_version(const OrtCustomOp*) { return opforge::kernels::kDomainVersion; }
 
-OpDef make_def(const opforge::kernels::OpDesc& op, const char* provider, ONNXTensorElementDataType x_type, ONNXTensorElementDataType w_type) {
+OpDef make_def(const opforge::kernels::OpDesc& op, const char* provider, const InputTypes& types) {
   OpDef d{};  // zero: every callback newer than the stamped version stays null
   OrtCustomOp& o = d.ort;
   o.version = OPFORGE_ORT_MIN_API;  // never the header's ORT_API_VERSION: older runtimes refuse it
@@ -241,7 +308,7 @@ OpDef make_def(const opforge::kernels::OpDesc& op, const char* provider, ONNXTen
   o.GetOutputType = output_type;
   o.KernelDestroy = destroy_kernel;
   o.GetInputCharacteristic = required;        // API 8
-  o.GetOutputCharacteristic = required;
+  o.GetOutputCharacteristic = output_characteristic;
   o.GetInputMemoryType = default_memory;      // API 13
   o.GetVariadicInputMinArity = one;           // API 14 (not variadic; ORT reads them anyway)
   o.GetVariadicInputHomogeneity = one;
@@ -258,37 +325,49 @@ OpDef make_def(const opforge::kernels::OpDesc& op, const char* provider, ONNXTen
   d.desc = &op;
   d.cpu = cpu_forward(op);
   d.provider = provider;
-  d.x_type = x_type;
-  d.w_type = w_type;
+  for (int32_t i = 0; i < kMaxInputs; ++i) d.input_types[i] = types[i];
   return d;
+}
+
+// The element types an input other than X is declared with on the CPU EP: every type a model can
+// give it, so that each one reaches Compute, which names a mismatch clearly.
+constexpr ONNXTensorElementDataType kEnumeratedTypes[] = {
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT,  ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE, ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16,
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8,  ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16,  ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32,
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64,  ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
+    ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL};
+constexpr size_t kNbEnumerated = sizeof(kEnumeratedTypes) / sizeof(kEnumeratedTypes[0]);
+
+// CPU EP: X's type is open ("UNDEFINED"), but ORT allows only one open input type per op, so the
+// other inputs' types are enumerated, one OpDef per combination (W: 13; R and W: 13 x 13).
+void add_cpu_defs(const opforge::kernels::OpDesc& op, std::vector<OpDef>& defs) {
+  size_t combinations = 1;
+  for (int32_t i = 1; i < op.nb_inputs; ++i) combinations *= kNbEnumerated;
+  for (size_t c = 0; c < combinations; ++c) {
+    InputTypes types{};  // UNDEFINED
+    size_t digits = c;
+    for (int32_t i = 1; i < op.nb_inputs; ++i, digits /= kNbEnumerated)
+      types[i] = kEnumeratedTypes[digits % kNbEnumerated];
+    defs.push_back(make_def(op, nullptr, types));
+  }
 }
 
 // Every op of the generated descriptors (kOps) that has a CPU kernel (cpu_kernels.cc).
 std::vector<OpDef> make_defs() {
-  constexpr auto kAny = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   std::vector<OpDef> defs;
-  for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps) {
-    if (cpu_forward(*op) == nullptr) continue;
-    if (op->nb_inputs == 1) {
-      defs.push_back(make_def(*op, nullptr, kAny, kAny));
-      continue;
-    }
-    // Two inputs, but ORT allows only one open ("UNDEFINED") input type per op, so W's type is
-    // enumerated: every W type reaches Compute, which names the mismatch clearly.
-    for (auto w : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE,
-                   ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16,
-                   ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8,
-                   ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16,
-                   ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32,
-                   ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64,
-                   ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL})
-      defs.push_back(make_def(*op, nullptr, kAny, w));
-  }
+  for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps)
+    if (cpu_forward(*op) != nullptr) add_cpu_defs(*op, defs);
 #ifdef OPFORGE_WITH_CUDA
-  // CUDA kernels declare exact types, so ORT falls back to the CPU kernels for the others.
+  // CUDA kernels declare exact types (every input X's), so ORT falls back to the CPU kernels for
+  // the others.
   constexpr const char* kCuda = "CUDAExecutionProvider";
   for (auto t : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16})
-    for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps) defs.push_back(make_def(*op, kCuda, t, t));
+    for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps) {
+      InputTypes types{};
+      for (int32_t i = 0; i < op->nb_inputs; ++i) types[i] = t;
+      defs.push_back(make_def(*op, kCuda, types));
+    }
 #endif
   return defs;
 }

@@ -39,6 +39,16 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+std::string nth_name(const char* names, size_t index) {
+  std::string rest = names;
+  for (size_t i = 0; i < index; ++i) {
+    const size_t comma = rest.find(", ");
+    if (comma == std::string::npos) return {};
+    rest.erase(0, comma + 2);
+  }
+  return rest.substr(0, rest.find(", "));
+}
+
 namespace {
 struct InfoDeleter {
   const OrtApi* api;
@@ -50,7 +60,7 @@ OrtStatus* read_input(const Kernel& k, OrtKernelContext* ctx, size_t index, Tens
   const OrtApi& api = *k.api;
   const OrtValue* value = nullptr;
   OPFORGE_TRY(api.KernelContext_GetInput(ctx, index, &value));
-  if (value == nullptr) return k.fail(index == 0 ? "X" : "W", "a tensor", "no input");
+  if (value == nullptr) return k.fail(nth_name(k.def->desc->inputs, index), "a tensor", "no input");
   OrtTensorTypeAndShapeInfo* raw = nullptr;
   OPFORGE_TRY(api.GetTensorTypeAndShape(value, &raw));
   std::unique_ptr<OrtTensorTypeAndShapeInfo, InfoDeleter> info(raw, InfoDeleter{&api});
@@ -71,10 +81,12 @@ OrtStatus* read_input(const Kernel& k, OrtKernelContext* ctx, size_t index, Tens
   return nullptr;
 }
 
-OrtStatus* alloc_output(const Kernel& k, OrtKernelContext* ctx, const std::vector<int64_t>& shape, void** data) {
+OrtStatus* alloc_output(const Kernel& k, OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape,
+                        void** data) {
   const OrtApi& api = *k.api;
   OrtValue* value = nullptr;
-  OPFORGE_TRY(api.KernelContext_GetOutput(ctx, 0, shape.data(), shape.size(), &value));
+  OPFORGE_TRY(api.KernelContext_GetOutput(ctx, index, shape.data(), shape.size(), &value));
+  if (value == nullptr) return k.fail(nth_name(k.def->desc->outputs, index), "a named output", "none");
   *data = nullptr;
   int64_t count = 1;
   for (int64_t d : shape) count *= d;

@@ -14,18 +14,26 @@ namespace opforge_ort {
 
 struct Kernel;
 struct Tensor;
-// An op's CPU kernel (cpu_kernels.cc): x validated, w nullptr for single-input ops, X as rows.
-using CpuKernel = OrtStatus* (*)(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, const Tensor* w, void* y,
+// An op's CPU kernel (cpu_kernels.cc): its inputs validated, all of element type `type`, in its
+// descriptor's order (X[, R][, W]), its outputs (Y[, H]) allocated, X as rows.
+using CpuKernel = OrtStatus* (*)(const Kernel& k, OrtKernelContext* ctx, ONNXTensorElementDataType type,
+                                 const void* const* inputs, void* const* outputs,
                                  const opforge::kernels::RowView& v);
 
-// Defined per op kind and execution provider; ORT hands callbacks a pointer to `ort`.
+// The most tensor inputs an op of the descriptors has (X, R, W); ops.cc checks kOps against it.
+constexpr int32_t kMaxInputs = 3;
+
+// Defined per op kind, execution provider and input types; ORT hands callbacks a pointer to `ort`.
 struct OpDef {
   OrtCustomOp ort;  // must stay the first member
   const opforge::kernels::OpDesc* desc;  // generated from the spec: name, inputs, attribute, shapes
   CpuKernel cpu;
   const char* provider;               // nullptr: CPU execution provider
-  ONNXTensorElementDataType x_type;   // UNDEFINED: any, checked in Compute with a clear message
-  ONNXTensorElementDataType w_type;   // ops with a second input (W) only
+  // Declared per input, in the descriptor's order. UNDEFINED (X on the CPU EP): any, checked in
+  // Compute with a clear message; the outputs take X's type.
+  ONNXTensorElementDataType input_types[kMaxInputs];
+
+  ONNXTensorElementDataType x_type() const { return input_types[0]; }
 };
 
 // One per graph node; immutable after creation, so one session serves many threads.
@@ -53,10 +61,13 @@ struct Tensor {
 std::string type_name(ONNXTensorElementDataType type);
 inline int32_t rank(const Tensor& t) { return static_cast<int32_t>(t.shape.size()); }
 std::string shape_str(const std::vector<int64_t>& shape);
+// The index-th name of a descriptor's list ("X, R, W", "Y, H"); empty past its end.
+std::string nth_name(const char* names, size_t index);
 
 OrtStatus* read_input(const Kernel& k, OrtKernelContext* ctx, size_t index, Tensor& out);
-// Allocates output 0 with `shape`; *data stays nullptr for an empty tensor.
-OrtStatus* alloc_output(const Kernel& k, OrtKernelContext* ctx, const std::vector<int64_t>& shape, void** data);
+// Allocates output `index` with `shape`; *data stays nullptr for an empty tensor.
+OrtStatus* alloc_output(const Kernel& k, OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape,
+                        void** data);
 
 #define OPFORGE_TRY(expr)                     \
   do {                                        \

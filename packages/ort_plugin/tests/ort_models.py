@@ -9,6 +9,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import opforge_ort
+import opforge_spec as spec
 
 IR_VERSION = 8  # ORT 1.17 rejects the IR versions newer onnx writes by default
 ELEM = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "bfloat16": TensorProto.BFLOAT16,
@@ -58,27 +59,86 @@ def session(model: bytes, threads: int | None = None) -> ort.InferenceSession:
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
+def input_rank(name: str, rank: int, w_rank: int = 1) -> int:
+    """An op input's rank when X has `rank`: W (a per-column weight) has its own, R has X's."""
+    return w_rank if name == "W" else rank
+
+
 def single_op_model(op: str, dtype: str, rank: int, w_rank: int = 1, w_as_initializer=None, **attrs) -> bytes:
-    """One opforge node; bfloat16 is fed as float32 and cast on both sides (numpy has no bfloat16).
+    """One opforge node with the spec's inputs and outputs (all dims dynamic); bfloat16 is fed as
+    float32 and cast on both sides (numpy has no bfloat16).
     `w_as_initializer`: an array to bake in as W instead of a graph input."""
+    spec_op = spec.OPS[op]
     storage = "float32" if dtype == "bfloat16" else dtype
-    nodes, inputs, inits = [], [value_info("X", storage, rank)], []
-    x, w = "X", "W"
-    if dtype == "bfloat16":
-        nodes.append(helper.make_node("Cast", ["X"], ["Xc"], to=TensorProto.BFLOAT16))
-        x = "Xc"
-    op_inputs = [x]
-    if op == "RMSNorm":
-        if w_as_initializer is not None:
-            inits.append(initializer("W", w_as_initializer.astype(storage)))
+    nodes, inputs, inits, op_inputs = [], [], [], []
+    for name in spec_op.inputs:
+        if name == "W" and w_as_initializer is not None:
+            inits.append(initializer(name, np.asarray(w_as_initializer).astype(storage)))
         else:
-            inputs.append(value_info("W", storage, w_rank, prefix="c"))
-        if dtype == "bfloat16":
-            nodes.append(helper.make_node("Cast", ["W"], ["Wc"], to=TensorProto.BFLOAT16))
-            w = "Wc"
-        op_inputs.append(w)
-    y = "Yc" if dtype == "bfloat16" else "Y"
-    nodes.append(opforge_node(op, op_inputs, [y], name=f"{op.lower()}_node", **attrs))
+            inputs.append(value_info(name, storage, input_rank(name, rank, w_rank), prefix=name.lower()))
+        op_inputs.append(_cast(nodes, name, TensorProto.BFLOAT16) if dtype == "bfloat16" else name)
+    op_outputs = [f"{name}c" if dtype == "bfloat16" else name for name in spec_op.outputs]
+    nodes.append(opforge_node(op, op_inputs, op_outputs, name=f"{op.lower()}_node", **attrs))
     if dtype == "bfloat16":
-        nodes.append(helper.make_node("Cast", ["Yc"], ["Y"], to=TensorProto.FLOAT))
-    return make_model(nodes, inputs, [value_info("Y", storage, None)], inits)
+        for name in spec_op.outputs:
+            nodes.append(helper.make_node("Cast", [f"{name}c"], [name], to=TensorProto.FLOAT))
+    return make_model(nodes, inputs, [value_info(name, storage, None) for name in spec_op.outputs], inits)
+
+
+def _cast(nodes: list, name: str, to: int) -> str:
+    nodes.append(helper.make_node("Cast", [name], [f"{name}c"], to=to))
+    return f"{name}c"
+
+
+def result(op: str, outputs: list):
+    """What session.run gave, as the spec's reference returns it: Y, or a tuple (Y, H, ...)."""
+    return tuple(outputs) if len(spec.OPS[op].outputs) > 1 else outputs[0]
+
+
+def output_shapes(op: str, x_shape) -> list:
+    """Y's shape by the op's rule, every further output (H) X's."""
+    spec_op = spec.OPS[op]
+    return [tuple(spec_op.output_shape(x_shape))] + [tuple(x_shape)] * (len(spec_op.outputs) - 1)
+
+
+def random_inputs(op: str, rng: np.random.Generator, lead_shape: tuple, d: int, dtype=np.float32) -> dict:
+    """Feeds for `op` by input name: X (and R) of shape lead_shape + (d * split,), W of length d * split."""
+    spec_op = spec.OPS[op]
+    x_shape = tuple(lead_shape) + (d * spec_op.split,)
+    return {name: (rng.uniform(0.5, 1.5, x_shape[-1]) if name == "W" else rng.standard_normal(x_shape)).astype(dtype)
+            for name in spec_op.inputs}
+
+
+# ---- the residual stream of a LLaMA decoder: AddRMSNorm's H feeds the next AddRMSNorm --------------
+
+STREAM_EPS, SUBLAYER_SCALE = 1e-5, 0.75
+
+
+def residual_stream_model(rank: int, dtype: str = "float32", opset: int = 17) -> bytes:
+    """(Y1, H1) = AddRMSNorm(X, R, W1); a sublayer stand-in D = SUBLAYER_SCALE * Swish(Y1);
+    (Y2, H2) = AddRMSNorm(D, H1, W2). All dims dynamic; Y1, H1, Y2, H2 are the graph's outputs."""
+    nodes = [
+        opforge_node("AddRMSNorm", ["X", "R", "W1"], ["Y1", "H1"], name="norm1", epsilon=STREAM_EPS),
+        opforge_node("Swish", ["Y1"], ["S"], name="sublayer_act"),
+        helper.make_node("Mul", ["S", "scale"], ["D"], name="sublayer"),
+        opforge_node("AddRMSNorm", ["D", "H1", "W2"], ["Y2", "H2"], name="norm2", epsilon=STREAM_EPS),
+    ]
+    inputs = [value_info("X", dtype, rank), value_info("R", dtype, rank),
+              value_info("W1", dtype, 1, prefix="c"), value_info("W2", dtype, 1, prefix="c")]
+    outputs = [value_info(name, dtype, rank) for name in ("Y1", "H1", "Y2", "H2")]
+    scale = initializer("scale", np.array(SUBLAYER_SCALE, dtype))
+    return make_model(nodes, inputs, outputs, [scale], opset=opset)
+
+
+def residual_stream_reference(x, r, w1, w2) -> tuple:
+    """((Y1, H1), (Y2, H2)) in float64, from the spec's references."""
+    first = spec.ADD_RMS_NORM.reference(x, r, w1, epsilon=STREAM_EPS)
+    d = SUBLAYER_SCALE * spec.SWISH.reference(first[0])
+    return first, spec.ADD_RMS_NORM.reference(d, first[1], w2, epsilon=STREAM_EPS)
+
+
+def check_residual_stream(outputs, feeds: dict, dtype: str, label: str) -> None:
+    y1, h1, y2, h2 = outputs
+    first, second = residual_stream_reference(*(feeds[n] for n in ("X", "R", "W1", "W2")))
+    spec.ADD_RMS_NORM.check_close((y1, h1), first, dtype, (feeds["X"],), f"{label} norm1")
+    spec.ADD_RMS_NORM.check_close((y2, h2), second, dtype, (feeds["X"],), f"{label} norm2")

@@ -10,9 +10,9 @@ from onnx import TensorProto, helper
 
 import opforge_ort
 import opforge_spec as spec
-from ort_models import make_model, session, value_info
+from ort_models import make_model, random_inputs, result, session, value_info
 
-ATTRIBUTES = [("Swish", "beta"), ("RMSNorm", "epsilon")]
+ATTRIBUTES = [(op.name, attr) for op in spec.OPS.values() for attr in op.attributes]
 WRONG_TYPES = {
     # ONNX attribute type: (value onnx.helper turns into it, what the message says it got)
     "STRING": ("fast", "a STRING attribute"),
@@ -27,10 +27,11 @@ WRONG_TYPES = {
 
 
 def node_model(op: str, node_name: str = "bad_node", opforge_version: int | None = 1, **attrs) -> bytes:
-    inputs = ["X", "W"][: len(spec.OPS[op].inputs)]
-    node = helper.make_node(op, inputs, ["Y"], domain="opforge", name=node_name, **attrs)
+    """One rank-1 float32 node with the spec's inputs and outputs."""
+    inputs, outputs = spec.OPS[op].inputs, spec.OPS[op].outputs
+    node = helper.make_node(op, list(inputs), list(outputs), domain="opforge", name=node_name, **attrs)
     return make_model([node], [value_info(name, "float32", 1, prefix=name) for name in inputs],
-                      [value_info("Y", "float32", None)], opforge_version=opforge_version)
+                      [value_info(name, "float32", None) for name in outputs], opforge_version=opforge_version)
 
 
 def session_error(model: bytes) -> str:
@@ -58,16 +59,15 @@ def test_float32_rule_matches_the_spec(op, attr, value):
 
 @pytest.mark.parametrize("op, attr", ATTRIBUTES)
 def test_absent_attribute_takes_the_default_and_float_is_used(op, attr):
-    x = np.linspace(-2, 2, 8).astype(np.float32)
-    feeds = {"X": x, "W": np.ones(8, np.float32)} if op == "RMSNorm" else {"X": x}
     op_spec = spec.OPS[op]
+    feeds = random_inputs(op, np.random.default_rng(4), (), 8)  # rank 1, as node_model declares
     for attrs in ({}, {attr: 0.5}):
-        (y,) = session(node_model(op, **attrs)).run(None, feeds)
-        op_spec.check_close(y, op_spec.reference(*feeds.values(), **attrs), "float32")
+        outputs = session(node_model(op, **attrs)).run(None, feeds)
+        op_spec.check_close(result(op, outputs), op_spec.reference(*feeds.values(), **attrs), "float32")
 
 
 @pytest.mark.parametrize("version", [0, 2, 7])
-@pytest.mark.parametrize("op", ["Swish", "RMSNorm"])
+@pytest.mark.parametrize("op", list(spec.OPS))
 def test_other_domain_version_is_refused_before_the_session(op, version):
     model = node_model(op, node_name="versioned", opforge_version=version)
     expected = (f"opforge.{op}: domain version: expected opforge version 1, got opforge version {version} "

@@ -10,7 +10,7 @@ import pytest
 
 import opforge_ort
 import opforge_spec as spec
-from ort_models import single_op_model
+from ort_models import check_residual_stream, output_shapes, residual_stream_model, result, single_op_model
 
 
 def _cuda_session(model: bytes) -> ort.InferenceSession:
@@ -34,30 +34,27 @@ def _cuda_session(model: bytes) -> ort.InferenceSession:
         raise
 
 
-def _cases(op):
-    return [pytest.param(dtype, case, id=f"{dtype}-{case.name}") for dtype in ("float32", "float16")
-            for case in op.cases(dtype) if not case.non_contiguous]
+def _cases():
+    return [pytest.param(op, dtype, case, id=f"{op.name}-{dtype}-{case.name}") for op in spec.OPS.values()
+            for dtype in ("float32", "float16") for case in op.cases(dtype) if not case.non_contiguous]
 
 
-@pytest.mark.parametrize("dtype,case", _cases(spec.SWISH))
-def test_cuda_swish(dtype, case):
-    (x,) = case.inputs
-    sess = _cuda_session(single_op_model("Swish", dtype, np.ndim(x), **case.attrs))
-    (y,) = sess.run(None, {"X": np.asarray(x, dtype)})
-    spec.SWISH.check_close(y, spec.SWISH.reference(x, **case.attrs), dtype, (x,), case.name)
+@pytest.mark.parametrize("op,dtype,case", _cases())
+def test_cuda_matches_reference(op, dtype, case):
+    x = case.inputs[0]
+    sess = _cuda_session(single_op_model(op.name, dtype, np.ndim(x), **case.attrs))
+    outputs = sess.run(None, {name: np.asarray(a, dtype) for name, a in zip(op.inputs, case.inputs)})
+    assert [o.shape for o in outputs] == output_shapes(op.name, np.shape(x))
+    op.check_close(result(op.name, outputs), op.reference(*case.inputs, **case.attrs), dtype, (x,), case.name)
 
 
-@pytest.mark.parametrize("dtype,case", _cases(spec.RMS_NORM))
-def test_cuda_rms_norm(dtype, case):
-    x, w = case.inputs
-    sess = _cuda_session(single_op_model("RMSNorm", dtype, np.ndim(x), **case.attrs))
-    (y,) = sess.run(None, {"X": np.asarray(x, dtype), "W": np.asarray(w, dtype)})
-    spec.RMS_NORM.check_close(y, spec.RMS_NORM.reference(x, w, **case.attrs), dtype, (x,), case.name)
-
-
-@pytest.mark.parametrize("dtype,case", _cases(spec.SWIGLU))
-def test_cuda_swiglu(dtype, case):
-    (x,) = case.inputs
-    sess = _cuda_session(single_op_model("SwiGLU", dtype, np.ndim(x), **case.attrs))
-    (y,) = sess.run(None, {"X": np.asarray(x, dtype)})
-    spec.SWIGLU.check_close(y, spec.SWIGLU.reference(x, **case.attrs), dtype, (x,), case.name)
+def test_cuda_residual_stream():
+    """Two chained AddRMSNorm nodes on the GPU, H1 the second one's residual (ranks 2-4)."""
+    rng = np.random.default_rng(17)
+    for shape in [(5, 64), (2, 7, 96), (2, 3, 4, 1031), (0, 16)]:
+        sess = _cuda_session(residual_stream_model(len(shape)))
+        feeds = {"X": rng.standard_normal(shape).astype(np.float32),
+                 "R": rng.standard_normal(shape).astype(np.float32),
+                 "W1": rng.uniform(0.5, 1.5, shape[-1]).astype(np.float32),
+                 "W2": rng.uniform(0.5, 1.5, shape[-1]).astype(np.float32)}
+        check_residual_stream(sess.run(None, feeds), feeds, "float32", f"CUDA residual stream {shape}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 
 import opforge_ort
 from ort_models import MIN_ORT, ORT_VERSION
@@ -37,7 +37,7 @@ def test_healthy_model(tmp_path):
     model = _write(tmp_path, "good", single_op_model("RMSNorm", "float32", 3))
     report = doctor.diagnose(model)
     assert report.codes() == []
-    assert ("run", "one run with synthetic inputs (ones; symbolic dims = 1) succeeded") in report.checked
+    assert ("run", "one run with synthetic inputs (ones; symbolic dims = 2) succeeded") in report.checked
 
 
 def test_cli_exit_status_and_output(tmp_path):
@@ -136,6 +136,35 @@ def test_weight_type_differs(tmp_path):
     model = make_model([node], [value_info("X", "float32", 2), value_info("W", "float64", 1)],
                        [value_info("Y", "float32", None)])
     assert _codes(_write(tmp_path, "w64", model)) == ["type-not-supported"]
+
+
+def test_healthy_model_of_every_op(tmp_path):
+    import opforge_spec as spec
+
+    for name in spec.OPS:
+        report = doctor.diagnose(_write(tmp_path, name, single_op_model(name, "float32", 2)))
+        assert report.codes() == [], (name, report.problems)
+
+
+def test_residual_type_differs(tmp_path):
+    node = opforge_node("AddRMSNorm", ["X", "R", "W"], ["Y", "H"], name="a")
+    model = make_model([node], [value_info("X", "float32", 2), value_info("R", "float64", 2), value_info("W", "float32", 1)],
+                       [value_info("Y", "float32", None), value_info("H", "float32", None)])
+    report = doctor.diagnose(_write(tmp_path, "r64", model))
+    assert report.codes() == ["type-not-supported"]
+    assert "input 1 ('R') is double, X is float" in report.problems[0].message
+    assert "opforge.AddRMSNorm: R: expected float32 tensor (same type as X), got float64" in report.problems[0].evidence
+
+
+def test_residual_shape_differs(tmp_path):
+    fixed = {"X": [2, 4], "R": [2, 3], "W": [4]}
+    node = opforge_node("AddRMSNorm", list(fixed), ["Y", "H"], name="a")
+    model = make_model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in fixed.items()],
+                       [value_info("Y", "float32", None), value_info("H", "float32", None)])
+    report = doctor.diagnose(_write(tmp_path, "r_shape", model))
+    assert report.codes() == ["bad-input"]
+    assert ("opforge.AddRMSNorm: R: expected a tensor of shape [2, 4] (the shape of X), got shape [2, 3]"
+            in report.problems[0].message)
 
 
 def test_bad_attribute(tmp_path):

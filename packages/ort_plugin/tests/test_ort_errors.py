@@ -15,9 +15,9 @@ NUMPY_TO_ONNX = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64
 def _bad_model(op: spec.OpSpec, case: spec.BadCase) -> bytes:
     inputs = [value_info(name, NUMPY_TO_ONNX[np.asarray(a).dtype], np.ndim(a), prefix=name)
               for name, a in zip(op.inputs, case.inputs)]
-    node = opforge_node(op.name, op.inputs, ["Y"], name="bad_node", **case.attrs)
-    y_type = NUMPY_TO_ONNX[np.asarray(case.inputs[0]).dtype]  # ORT infers Y's type from X
-    return make_model([node], inputs, [value_info("Y", y_type, None)])
+    node = opforge_node(op.name, op.inputs, op.outputs, name="bad_node", **case.attrs)
+    x_type = NUMPY_TO_ONNX[np.asarray(case.inputs[0]).dtype]  # ORT infers every output's type from X
+    return make_model([node], inputs, [value_info(name, x_type, None) for name in op.outputs])
 
 
 def _run(model: bytes, op: spec.OpSpec, inputs) -> None:
@@ -68,6 +68,20 @@ EXACT = [
      spec.error("RMSNorm", "epsilon", "a finite float32 >= 0", "-0.00100000005")),
     ("RMSNorm", (np.ones((2, 4), np.float32), np.ones(4, np.float32)), {"epsilon": float("nan")},
      spec.error("RMSNorm", "epsilon", "a finite float32 >= 0", "nan")),
+    ("AddRMSNorm", (np.ones((2, 4), np.float32), np.ones((2, 3), np.float32), np.ones(4, np.float32)), {},
+     spec.error("AddRMSNorm", "R", "a tensor of shape [2, 4] (the shape of X)", "shape [2, 3]")),
+    ("AddRMSNorm", (np.ones((2, 4), np.float32), np.ones(8, np.float32), np.ones(4, np.float32)), {},
+     spec.error("AddRMSNorm", "R", "a tensor of shape [2, 4] (the shape of X)", "shape [8]")),
+    ("AddRMSNorm", (np.ones((2, 4), np.float32), np.ones((2, 4), np.float64), np.ones(4, np.float32)), {},
+     spec.error("AddRMSNorm", "R", "float32 tensor (same type as X)", "float64 tensor")),
+    ("AddRMSNorm", (np.ones((2, 4), np.float64), np.ones((2, 4), np.float64), np.ones(4, np.float32)), {},
+     spec.error("AddRMSNorm", "W", "float64 tensor (same type as X)", "float32 tensor")),
+    ("AddRMSNorm", (np.ones((2, 4), np.float32), np.ones((2, 4), np.float32), np.ones(3, np.float32)), {},
+     spec.error("AddRMSNorm", "W", "1-D tensor of length 4 (last dim of X)", "shape [3]")),
+    ("AddRMSNorm", (np.ones((2, 4), np.int32), np.ones((2, 4), np.int32), np.ones(4, np.int32)), {},
+     spec.error("AddRMSNorm", "X", "float32, float64 or bfloat16 tensor", "int32 tensor")),
+    ("AddRMSNorm", (np.array(1.0, np.float32), np.array(1.0, np.float32), np.ones(4, np.float32)), {},
+     spec.error("AddRMSNorm", "X", "a tensor of rank >= 1", "a rank-0 tensor (scalar)")),
 ]
 
 
@@ -86,6 +100,36 @@ def test_int_attribute_is_rejected_not_ignored():
     model = make_model([node], [value_info("X", "float32", 1)], [value_info("Y", "float32", None)])
     with pytest.raises(Exception, match=r"opforge\.Swish: beta: expected a FLOAT attribute, got an INT attribute \(2\)"):
         session(model)
+
+
+def test_residual_must_match_every_dim_not_just_broadcast():
+    """R of X's shape only: a broadcastable R ([1, 8] for X [3, 8]) is refused, not broadcast."""
+    sess = session(single_op_model("AddRMSNorm", "float32", 2))
+    x, w = np.ones((3, 8), np.float32), np.ones(8, np.float32)
+    with pytest.raises(Exception) as info:
+        sess.run(None, {"X": x, "R": np.ones((1, 8), np.float32), "W": w})
+    assert spec.ADD_RMS_NORM.r_error((3, 8), (1, 8)) in str(info.value)
+    y, h = sess.run(None, {"X": x, "R": x, "W": w})  # the same session still runs good input
+    spec.ADD_RMS_NORM.check_close((y, h), spec.ADD_RMS_NORM.reference(x, x, w), "float32")
+
+
+MULTI_OUTPUT = [pytest.param(op, kept, id=f"{op.name}-{'_'.join(kept) or 'none'}")
+                for op in spec.OPS.values() if len(op.outputs) > 1
+                for kept in (op.outputs[:1], (*op.outputs[:1], ""))]
+
+
+@pytest.mark.parametrize("op,outputs", MULTI_OUTPUT)
+def test_every_output_is_required(op, outputs):
+    """A node that leaves out an output after Y (none, or an empty name) is refused at session
+    creation, naming the output, although ORT's schema must take it as optional."""
+    node = opforge_node(op.name, op.inputs, outputs, name="short_node")
+    model = make_model([node], [value_info(name, "float32", 2, prefix=name) for name in op.inputs],
+                       [value_info(outputs[0], "float32", None)])
+    with pytest.raises(Exception) as info:
+        session(model)
+    missing = op.outputs[1]
+    expected = spec.error(op.name, missing, f"a named output (the node's outputs are {', '.join(op.outputs)})", "none")
+    assert f'{expected} (node "short_node")' in str(info.value)
 
 
 def test_process_survives_and_session_still_works_after_errors():

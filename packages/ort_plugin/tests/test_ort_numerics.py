@@ -1,4 +1,4 @@
-"""opforge::Swish, RMSNorm and SwiGLU in ONNX Runtime against opforge_spec's float64 references."""
+"""Every opforge op of the spec in ONNX Runtime against opforge_spec's float64 references."""
 from __future__ import annotations
 
 import threading
@@ -8,16 +8,17 @@ import pytest
 from onnx import helper
 
 import opforge_spec as spec
-from ort_models import (initializer, make_model, opforge_node, opsets, session, single_op_model,
-                         value_info)
+from ort_models import (check_residual_stream, initializer, make_model, opforge_node, opsets, output_shapes,
+                         random_inputs, residual_stream_model, result, session, single_op_model, value_info)
 
 CPU_DTYPES = ("float32", "float64", "bfloat16")
 
 
-def _cases(op_name):
-    op = spec.OPS[op_name]
-    return [pytest.param(dtype, case, id=f"{dtype}-{case.name}") for dtype in CPU_DTYPES
-            for case in op.cases(dtype)]
+def _cases():
+    """Every op of the spec, every CPU dtype, every case; W as a graph input and as an initializer."""
+    return [pytest.param(op, dtype, case, w_source, id=f"{op.name}-{dtype}-{case.name}-W_{w_source}")
+            for op in spec.OPS.values() for dtype in CPU_DTYPES for case in op.cases(dtype)
+            for w_source in (("input", "initializer") if "W" in op.inputs else ("input",))]
 
 
 def _feed(array, dtype, non_contiguous=False):
@@ -25,40 +26,23 @@ def _feed(array, dtype, non_contiguous=False):
     return spec.strided(a) if non_contiguous else a
 
 
-@pytest.mark.parametrize("dtype,case", _cases("Swish"))
-def test_swish_matches_reference(dtype, case):
-    (x,) = case.inputs
-    sess = session(single_op_model("Swish", dtype, np.ndim(x), **case.attrs))
-    (y,) = sess.run(None, {"X": _feed(x, dtype, case.non_contiguous)})
-    spec.SWISH.check_close(y, spec.SWISH.reference(x, **case.attrs), dtype, (x,), case.name)
-
-
-@pytest.mark.parametrize("dtype,case", _cases("SwiGLU"))
-def test_swiglu_matches_reference(dtype, case):
-    (x,) = case.inputs
-    sess = session(single_op_model("SwiGLU", dtype, np.ndim(x), **case.attrs))
-    (y,) = sess.run(None, {"X": _feed(x, dtype, case.non_contiguous)})
-    assert y.shape == spec.output_shape(spec.SWIGLU, np.shape(x))
-    spec.SWIGLU.check_close(y, spec.SWIGLU.reference(x, **case.attrs), dtype, (x,), case.name)
+@pytest.mark.parametrize("op,dtype,case,w_source", _cases())
+def test_matches_reference(op, dtype, case, w_source):
+    inputs = dict(zip(op.inputs, case.inputs))
+    baked = np.asarray(inputs["W"]) if w_source == "initializer" else None
+    sess = session(single_op_model(op.name, dtype, np.ndim(inputs["X"]), w_as_initializer=baked, **case.attrs))
+    feeds = {name: _feed(a, dtype, case.non_contiguous and name != "W") for name, a in inputs.items()
+             if not (name == "W" and baked is not None)}
+    outputs = sess.run(None, feeds)
+    assert [o.shape for o in outputs] == output_shapes(op.name, np.shape(inputs["X"]))
+    op.check_close(result(op.name, outputs), op.reference(*case.inputs, **case.attrs), dtype, (inputs["X"],),
+                   case.name)
 
 
 def test_swiglu_default_beta_is_the_specs():
     x = np.random.default_rng(3).standard_normal((3, 2 * 6)).astype(np.float32)
     (y,) = session(single_op_model("SwiGLU", "float32", 2)).run(None, {"X": x})
     spec.SWIGLU.check_close(y, spec.SWIGLU.reference(x, **spec.SWIGLU.defaults()), "float32", (x,))
-
-
-@pytest.mark.parametrize("w_source", ["input", "initializer"])
-@pytest.mark.parametrize("dtype,case", _cases("RMSNorm"))
-def test_rms_norm_matches_reference(dtype, case, w_source):
-    x, w = case.inputs
-    baked = np.asarray(w) if w_source == "initializer" else None
-    sess = session(single_op_model("RMSNorm", dtype, np.ndim(x), w_as_initializer=baked, **case.attrs))
-    feeds = {"X": _feed(x, dtype, case.non_contiguous)}
-    if baked is None:
-        feeds["W"] = _feed(w, dtype)
-    (y,) = sess.run(None, feeds)
-    spec.RMS_NORM.check_close(y, spec.RMS_NORM.reference(x, w, **case.attrs), dtype, (x,), case.name)
 
 
 # ---- a chain: Swish(beta) -> standard ops -> RMSNorm ---------------------------------------------
@@ -142,6 +126,25 @@ def test_chain_session_reused_across_shapes():
         spec.RMS_NORM.check_close(y, chain_reference(x, w), "float32", (x,), f"shape {shape}")
 
 
+# ---- the residual stream: AddRMSNorm's H feeds the next AddRMSNorm --------------------------------
+
+@pytest.mark.parametrize("opset", opsets())
+def test_residual_stream_matches_reference(opset):
+    """Two chained AddRMSNorm nodes (H1 is the second's residual), one session per rank serving
+    every shape, against the float64 composition of the spec's references."""
+    rng = np.random.default_rng(13)
+    per_rank = {}
+    for name, x in chain_inputs(rng):
+        if x.ndim not in per_rank:
+            per_rank[x.ndim] = session(residual_stream_model(x.ndim, opset=opset))
+        d = x.shape[-1]
+        feeds = {"X": x.astype(np.float32), "R": rng.standard_normal(x.shape).astype(np.float32),
+                 "W1": rng.uniform(0.5, 1.5, d).astype(np.float32), "W2": rng.uniform(0.5, 1.5, d).astype(np.float32)}
+        outputs = per_rank[x.ndim].run(None, feeds)
+        assert [o.shape for o in outputs] == [x.shape] * 4
+        check_residual_stream(outputs, feeds, "float32", f"residual stream {name}")
+
+
 # ---- threads -------------------------------------------------------------------------------------
 
 def test_same_session_from_8_threads_gives_identical_results():
@@ -174,25 +177,25 @@ def test_same_session_from_8_threads_gives_identical_results():
     spec.RMS_NORM.check_close(expected, chain_reference(x, w), "float32", (x,), "threaded")
 
 
-@pytest.mark.parametrize("op", ["Swish", "RMSNorm"])
+@pytest.mark.parametrize("op", list(spec.OPS))
 def test_thread_pool_split_matches_single_thread(op):
     """Chunking over the intra-op pool must give bit-identical results to one thread."""
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((300, 515)).astype(np.float32)
-    feeds = {"X": x} if op == "Swish" else {"X": x, "W": rng.uniform(0.5, 1.5, 515).astype(np.float32)}
-    model = single_op_model(op, "float32", 2, beta=0.9) if op == "Swish" else single_op_model(op, "float32", 2)
-    one = session(model, threads=1).run(None, feeds)[0]
-    many = session(model, threads=2).run(None, feeds)[0]
-    np.testing.assert_array_equal(one, many)
+    feeds = random_inputs(op, np.random.default_rng(5), (300,), 515)
+    model = single_op_model(op, "float32", 2)
+    one = session(model, threads=1).run(None, feeds)
+    many = session(model, threads=2).run(None, feeds)
+    assert len(one) == len(spec.OPS[op].outputs)
+    for a, b in zip(one, many):
+        np.testing.assert_array_equal(a, b)
 
 
-def test_output_type_and_shape_follow_x():
-    sess = session(single_op_model("RMSNorm", "float64", 3))
-    x = np.ones((2, 3, 4))
-    w = np.full(4, 2.0)
-    (y,) = sess.run(None, {"X": x, "W": w})
-    assert y.dtype == np.float64 and y.shape == (2, 3, 4)
-    spec.RMS_NORM.check_close(y, spec.RMS_NORM.reference(x, w), "float64")
+@pytest.mark.parametrize("op", list(spec.OPS))
+def test_output_types_and_shapes_follow_x(op):
+    feeds = random_inputs(op, np.random.default_rng(2), (2, 3), 4, np.float64)
+    outputs = session(single_op_model(op, "float64", 3)).run(None, feeds)
+    assert [o.dtype for o in outputs] == [np.float64] * len(spec.OPS[op].outputs)
+    assert [o.shape for o in outputs] == output_shapes(op, feeds["X"].shape)
+    spec.OPS[op].check_close(result(op, outputs), spec.OPS[op].reference(*feeds.values()), "float64")
 
 
 def test_bfloat16_output_is_bfloat16_rounded():

@@ -199,21 +199,25 @@ def _known_types(onnx, model) -> dict:
 def _check_types(report: Report, onnx, model, nodes, provider: str) -> None:
     supported = _CUDA_TYPES if provider == "CUDAExecutionProvider" else _CPU_TYPES
     types = _known_types(onnx, model)
+
+    def type_of(name):
+        return onnx.TensorProto.DataType.Name(types[name]) if name in types else None
+
     for n in nodes:
-        if n.op_type not in OPS:
+        if n.op_type not in OPS or not n.input:
             continue
-        names = dict(zip(("X", "W"), n.input))
-        x_type = onnx.TensorProto.DataType.Name(types[names["X"]]) if names["X"] in types else None
+        x_type = type_of(n.input[0])  # X comes first; every other input (R, W) must have its type
         if x_type and x_type not in supported:
             report.problem("type-not-supported",
                            f"node {n.name!r} ({DOMAIN}::{n.op_type}): X is {x_type.lower()}; {provider} kernels take "
                            f"{', '.join(supported.values())}",
                            f"Cast X to float32 before the node (and the output back after it)")
-        w = names.get("W")
-        if x_type and w in types and onnx.TensorProto.DataType.Name(types[w]) != x_type:
-            report.problem("type-not-supported",
-                           f"node {n.name!r} ({DOMAIN}::RMSNorm): W is {onnx.TensorProto.DataType.Name(types[w]).lower()}, "
-                           f"X is {x_type.lower()}; W must have X's type", "Cast W to X's type")
+        for index, name in enumerate(n.input[1:], start=1):
+            other = type_of(name)
+            if x_type and other and other != x_type:
+                report.problem("type-not-supported",
+                               f"node {n.name!r} ({DOMAIN}::{n.op_type}): input {index} ({name!r}) is {other.lower()}, "
+                               f"X is {x_type.lower()}; every input must have X's type", f"Cast {name!r} to X's type")
 
 
 # ---- the session ---------------------------------------------------------------------------
@@ -222,7 +226,9 @@ _ATTRIBUTE_NAMES = "|".join(sorted({name for attrs in ATTRIBUTES.values() for na
 _SESSION_ERRORS = (  # (pattern in ORT's message, code, fix)
     (r"too old|API version \[?\d+\]? is not available", "ort-too-old", "pip install a newer onnxruntime"),
     (r"opforge\.\w+: X: expected", "type-not-supported", "Cast X to a supported type before the node"),
-    (r"opforge\.\w+: W: expected", "bad-input", "give W the type of X and length X.shape[-1]"),
+    # any other input (inputs are capitalized, attributes are not): R, W
+    (r"opforge\.\w+: [A-Z]\w*: expected", "bad-input",
+     "give every input X's type and the shape the message names (R: X's shape, W: X.shape[-1] long)"),
     (rf"opforge\.\w+: ({_ATTRIBUTE_NAMES}): expected a FLOAT attribute", "bad-attribute",
      "write the attribute as an ONNX FLOAT (onnx.helper: beta=1.0, not 1, \"1\", a list or a tensor)"),
     (rf"opforge\.\w+: ({_ATTRIBUTE_NAMES}): expected", "bad-attribute", "fix the attribute value on the node"),
@@ -253,12 +259,16 @@ def _classify(report: Report, message: str, stage: str) -> None:
         target.evidence = f"{stage}: {first}"
 
 
+# 2, not 1: a symbolic last dim of 2 suits every op (SwiGLU's halves, W of X's last dim) alike.
+_SYMBOLIC_DIM = 2
+
+
 def _synthetic_feeds(session, np):
     feeds = {}
     kinds = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int32)": np.int32,
              "tensor(int64)": np.int64, "tensor(float16)": np.float16}
     for i in session.get_inputs():
-        shape = [d if isinstance(d, int) and d >= 0 else 1 for d in i.shape]  # symbolic dims: 1
+        shape = [d if isinstance(d, int) and d >= 0 else _SYMBOLIC_DIM for d in i.shape]
         feeds[i.name] = np.ones(shape, dtype=kinds.get(i.type, np.float32))
     return feeds
 
@@ -287,7 +297,7 @@ def _check_session(report: Report, ort, model_path: str, library: str, provider:
         else:
             report.ok("run", f"skipped: synthetic inputs do not fit the model ({str(exc).splitlines()[0]})")
         return
-    report.ok("run", "one run with synthetic inputs (ones; symbolic dims = 1) succeeded")
+    report.ok("run", f"one run with synthetic inputs (ones; symbolic dims = {_SYMBOLIC_DIM}) succeeded")
 
 
 # ---- entry points ----------------------------------------------------------------------------
