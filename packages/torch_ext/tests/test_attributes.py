@@ -18,23 +18,28 @@ FLT_MAX = float(np.finfo(np.float32).max)
 # The largest double that still rounds to a finite float32 (to FLT_MAX).
 LAST_FINITE = float(np.nextafter(spec.FLOAT32_OVERFLOW, 0.0))
 
-BAD = [("Swish", "beta", v) for v in (1e39, -1e39, spec.FLOAT32_OVERFLOW, -spec.FLOAT32_OVERFLOW,
-                                      float("inf"), float("-inf"), float("nan"))] + \
-      [("RMSNorm", "epsilon", v) for v in (1e300, spec.FLOAT32_OVERFLOW, float("inf"),
-                                           float("nan"), -1e-6, -1e300)]
+# Values beyond float32 or of the wrong sign: each attribute of each op gets those its rule refuses.
+CANDIDATES = (1e39, -1e39, 1e300, -1e300, spec.FLOAT32_OVERFLOW, -spec.FLOAT32_OVERFLOW, float("inf"),
+              float("-inf"), float("nan"), -1e-6)
+BAD = [(op.name, name, v) for op in spec.OPS.values() for name, attr in op.attributes.items()
+       for v in CANDIDATES if attr.error(op.name, v) is not None]
 BAD_IDS = [f"{op}-{name}={value!r}" for op, name, value in BAD]
+FIRST_BAD = {(op, name): value for op, name, value in reversed(BAD)}  # one per attribute
 
 
 class _Call(torch.nn.Module):
-    def __init__(self, op, value):
+    """A call of `op` with attribute `name` = `value` (the others at their defaults) on X; R is
+    a constant of X's shape, W a parameter."""
+
+    def __init__(self, op, name, value):
         super().__init__()
-        self.op, self.value = op, value
+        self.spec, self.attrs = spec.OPS[op], {name: value}
         self.weight = torch.nn.Parameter(torch.ones(8))
 
     def forward(self, x):
-        if self.op == "Swish":
-            return opforge_torch.swish(x, self.value)
-        return opforge_torch.rms_norm(x, self.weight, self.value)
+        roles = {"X": x, "R": torch.ones_like(x), "W": self.weight}
+        entry = getattr(opforge_torch, self.spec.torch_name)
+        return entry(*(roles[n] for n in self.spec.inputs), **self.attrs)
 
 
 def _expected(op, name, value):
@@ -46,14 +51,14 @@ def _expected(op, name, value):
 @pytest.mark.parametrize("op,name,value", BAD, ids=BAD_IDS)
 def test_eager_refuses_with_the_spec_message(op, name, value):
     with pytest.raises(RuntimeError) as info:
-        _Call(op, value)(torch.randn(2, 8))
+        _Call(op, name, value)(torch.randn(2, 8))
     assert str(info.value).split("\n")[0] == _expected(op, name, value)
 
 
 @pytest.mark.parametrize("op,name,value", BAD, ids=BAD_IDS)
 def test_torch_compile_and_export_refuse_with_the_spec_message(op, name, value):
     torch._dynamo.reset()
-    model, x = _Call(op, value), torch.randn(2, 8)
+    model, x = _Call(op, name, value), torch.randn(2, 8)
     with pytest.raises(RuntimeError) as compiled:
         torch.compile(model, fullgraph=True, backend="eager")(x)
     assert _expected(op, name, value) in str(compiled.value)
@@ -64,28 +69,28 @@ def test_torch_compile_and_export_refuse_with_the_spec_message(op, name, value):
 
 @pytest.mark.parametrize("dynamo,opset", [(True, 18), (False, 17)], ids=["dynamo", "torchscript"])
 @pytest.mark.parametrize("decomposed", [False, True], ids=["opforge", "decomposed"])
-@pytest.mark.parametrize("op,name,value", [("Swish", "beta", 1e39), ("RMSNorm", "epsilon", 1e300)],
-                         ids=["beta-1e39", "epsilon-1e300"])
+@pytest.mark.parametrize("op,name,value", [(*key, value) for key, value in FIRST_BAD.items()],
+                         ids=[f"{op}-{name}={value!r}" for (op, name), value in FIRST_BAD.items()])
 def test_onnx_export_refuses_with_the_spec_message(tmp_path, op, name, value, decomposed, dynamo,
                                                     opset):
     with pytest.raises(Exception) as info:
-        opforge_onnx.export(_Call(op, value), (torch.randn(2, 8),), str(tmp_path / "m.onnx"),
+        opforge_onnx.export(_Call(op, name, value), (torch.randn(2, 8),), str(tmp_path / "m.onnx"),
                             decomposed=decomposed, dynamo=dynamo, opset_version=opset)
     assert _expected(op, name, value) in str(info.value)
     assert not (tmp_path / "m.onnx").exists()
 
 
+@pytest.mark.parametrize("op,name,value", [(*key, value) for key, value in FIRST_BAD.items()],
+                         ids=[f"{op}-{name}={value!r}" for (op, name), value in FIRST_BAD.items()])
 @pytest.mark.parametrize("decomposed", [False, True], ids=["opforge", "decomposed"])
-def test_translation_table_refuses_before_building_a_node(decomposed):
+def test_translation_table_refuses_before_building_a_node(decomposed, op, name, value):
     """The table is public (custom exporters use it): its functions check the attribute first,
     so no graph input is needed to see the refusal."""
     table = opforge_onnx.custom_translation_table(decomposed=decomposed)
+    translate = table[getattr(torch.ops.opforge, spec.OPS[op].torch_name).default]
     with pytest.raises(RuntimeError) as info:
-        table[torch.ops.opforge.swish.default](None, beta=1e39)
-    assert str(info.value) == _expected("Swish", "beta", 1e39)
-    with pytest.raises(RuntimeError) as info:
-        table[torch.ops.opforge.rms_norm.default](None, None, epsilon=1e300)
-    assert str(info.value) == _expected("RMSNorm", "epsilon", 1e300)
+        translate(*(None for _ in spec.OPS[op].inputs), **{name: value})
+    assert str(info.value) == _expected(op, name, value)
 
 
 @pytest.mark.parametrize("beta", [FLT_MAX, LAST_FINITE, -LAST_FINITE, 1e-45, 0.0])

@@ -105,7 +105,7 @@ DOWNSTREAM = 7  # a Linear after the op: its output's last dim
 
 
 class ThenLinear(torch.nn.Module):
-    """One op of the spec, then a Linear on its output: (Y, Linear(Y))."""
+    """One op of the spec, then a Linear on its first output: (Y[, H], Linear(Y))."""
 
     def __init__(self, op, y_last):
         super().__init__()
@@ -113,8 +113,9 @@ class ThenLinear(torch.nn.Module):
         self.linear = torch.nn.Linear(y_last, DOWNSTREAM)
 
     def forward(self, *inputs):
-        y = self.op(*inputs)
-        return y, self.linear(y)
+        outputs = self.op(*inputs)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        return (*outputs, self.linear(outputs[0]))
 
 
 def _spec_inputs(op, x_shape):
@@ -149,17 +150,76 @@ def test_outputs_carry_the_spec_shape_rule_downstream(tmp_path, capfd, op, dynam
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         opforge_onnx.export(ThenLinear(op, y_last), _spec_inputs(op, x_shape), path, dynamo=dynamo,
-                            opset_version=opset, input_names=names, output_names=["Y", "Z"],
+                            opset_version=opset, input_names=names, output_names=[*op.outputs, "Z"],
                             **(_dynamic_leading_axes(names, dynamo) if dynamic else {}))
     said = capfd.readouterr().err + "\n".join(str(w.message) for w in caught)
     proto = onnx.load(path)
-    assert [n.op_type for n in proto.graph.node if n.domain == "opforge"] == [op.name]
+    nodes = [n for n in proto.graph.node if n.domain == "opforge"]
+    assert [(n.op_type, len(n.output)) for n in nodes] == [(op.name, len(op.outputs))]
     assert not {"Slice", "Shape"} & {n.op_type for n in proto.graph.node}, proto.graph.node
     x_dims = _dims(proto.graph.input[0])
     leading = x_dims[:2] if dynamic else list(x_shape[:2])
     assert all(isinstance(d, str) for d in leading) == dynamic, x_dims
-    y, z = proto.graph.output
-    assert _dims(y) == [*leading, y_last], (y.name, _dims(y), x_dims)
+    *outputs, z = proto.graph.output
+    # Y by the spec's shape rule, a second output H with X's shape: X's dims and dtype
+    expected = [[*leading, y_last], *[[*leading, x_shape[-1]]] * (len(op.outputs) - 1)]
+    assert [_dims(o) for o in outputs] == expected, ([o.name for o in outputs], x_dims)
     assert _dims(z) == [*leading, DOWNSTREAM], (z.name, _dims(z), x_dims)
-    assert y.type.tensor_type.elem_type == proto.graph.input[0].type.tensor_type.elem_type
+    x_type = proto.graph.input[0].type.tensor_type.elem_type
+    assert all(o.type.tensor_type.elem_type == x_type for o in outputs)
     assert "shape inference of" not in said, said
+
+
+# ---- an op with a residual input and a second output: one node, two outputs -------------------
+class ResidualStream(torch.nn.Module):
+    """Two decoder steps on a residual stream: the H of the first AddRMSNorm is the second's R."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x, residual):
+        y, h = opforge_torch.add_rms_norm(x, residual, self.weight, 1e-5)
+        return opforge_torch.add_rms_norm(opforge_torch.swish(y, 1.0), h, self.weight, 0.0)
+
+
+def _export_stream(tmp_path, dynamo, opset, decomposed):
+    model, x, r = ResidualStream(), torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+    path = str(tmp_path / "stream.onnx")
+    axes = {0: "batch", 1: "seq"}
+    opforge_onnx.export(model, (x, r), path, decomposed=decomposed, dynamo=dynamo, opset_version=opset,
+                        input_names=["x", "r"], output_names=["y", "h"],
+                        dynamic_axes={n: axes for n in ("x", "r", "y", "h")})
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto)
+    return model, path, proto
+
+
+@pytest.mark.parametrize("dynamo,opset", EXPORTS, ids=IDS)
+def test_a_two_output_op_is_one_node_with_both_outputs_used(tmp_path, dynamo, opset):
+    _, _, proto = _export_stream(tmp_path, dynamo, opset, decomposed=False)
+    nodes = [n for n in proto.graph.node if n.domain == "opforge" and n.op_type == "AddRMSNorm"]
+    assert [(len(n.input), len(n.output)) for n in nodes] == [(3, 2), (3, 2)]
+    first, second = nodes
+    assert first.output[1] in second.input  # the first H is the second residual
+    assert [(a.name, a.f) for a in first.attribute] == [("epsilon", np.float32(1e-5))]
+    for value in (*proto.graph.input, *proto.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        assert all(d.dim_param for d in dims[:2]) and dims[2].dim_value == 8, (value.name, dims)
+
+
+@pytest.mark.parametrize("dynamo,opset", EXPORTS, ids=IDS)
+def test_a_two_output_op_decomposed_is_standard_onnx_and_matches(tmp_path, dynamo, opset):
+    import onnxruntime
+
+    model, path, proto = _export_stream(tmp_path, dynamo, opset, decomposed=True)
+    assert {n.domain for n in proto.graph.node} == {""}
+    assert {n.op_type for n in proto.graph.node} <= STANDARD_OPS
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    x, r = torch.randn(3, 5, 8), torch.randn(3, 5, 8)
+    r[1, 2] = -x[1, 2]  # a row of H that is exactly zero, with epsilon 0 in the second step
+    got = session.run(None, {"x": x.numpy(), "r": r.numpy()})
+    with torch.no_grad():
+        expected = model(x, r)
+    for name, g, e in zip(("Y", "H"), got, expected):
+        np.testing.assert_allclose(g, e.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
