@@ -3,7 +3,9 @@
 reason its build.py gave. `nox -s fuzz` runs them longer."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 
 import pytest
 
@@ -45,3 +47,26 @@ def test_fuzzes_without_a_report(target, results):
     assert result.status == "pass", "\n".join(runner.summary_lines(result))
     seeds = len(list(target.corpus.iterdir())) if target.corpus.is_dir() else 0
     assert result.execs > seeds, f"{target.name}: {result.execs} execs for {seeds} seeds"
+
+
+def _trt_fields_seeds():
+    path = runner.TARGETS / "trt_fields" / "seeds.py"
+    spec = importlib.util.spec_from_file_location("trt_fields_seeds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_trt_fields_can_name_every_attribute_of_the_spec():
+    """trt_fields runs every op's creator (kOps) on each input; the field names an input selects
+    (kNames in target.cpp, mirrored by seeds.py's NAMES) include every attribute of every op of the
+    spec, so each op gets its own fields, not only unknown ones."""
+    opforge_spec = pytest.importorskip("opforge_spec", reason="pip install ./kernels (the op spec)")
+    text = (runner.TARGETS / "trt_fields" / "target.cpp").read_text()
+    listed = re.search(r"kNames\[\] = \{(.*?)\};", text, re.S).group(1)
+    names = [None if n.strip() == "nullptr" else n.strip().strip('"') for n in listed.split(",")]
+    seeds = _trt_fields_seeds()
+    assert names == sorted(seeds.NAMES, key=seeds.NAMES.get), "seeds.py NAMES must mirror target.cpp kNames"
+    assert seeds.CUSTOM == len(names)
+    attributes = {name for op in opforge_spec.OPS.values() for name in op.attributes}
+    assert attributes <= set(names), f"kNames lacks {sorted(attributes - set(names))}"

@@ -15,7 +15,8 @@
 // Oracles beyond the sanitizers: a refusal logs an error; an accepted plugin holds values the
 // shared attribute rule admits and that the fields gave (or the default, at build time only),
 // never comes from a collection with a repeated field, and at runtime only from exactly the
-// serialized fields (each attribute and format_version); its serialized fields rebuild an equal plugin, and so does clone().
+// serialized fields (each attribute and format_version); its serialized fields rebuild an equal plugin, and so does clone(),
+// with the op's output count (Y[, H]). Every op of the spec (kOps) is run, its creator declaring exactly its attributes.
 #include <NvInferRuntime.h>
 
 #include <opforge/kernels/attrs.h>
@@ -254,6 +255,8 @@ void check_accepted(nvinfer1::IPluginCreatorV3One* creator, const kernels::OpDes
   Owned copy(again->clone());
   if (!copy || !same_bits(attributes_of(copy.get(), op, nullptr), expected, op.nb_attrs))
     fail("clone changed the value");
+  auto* build = static_cast<nvinfer1::IPluginV3OneBuild*>(copy->getCapabilityInterface(nvinfer1::PluginCapabilityType::kBUILD));
+  if (build == nullptr || build->getNbOutputs() != op.nb_outputs) fail("the plugin has another output count than its op");
 }
 
 void run_creator(nvinfer1::IPluginCreatorV3One* creator, const kernels::OpDesc& op, const Decoded& in) {
@@ -266,6 +269,22 @@ void run_creator(nvinfer1::IPluginCreatorV3One* creator, const kernels::OpDesc& 
       continue;
     }
     check_accepted(creator, op, std::move(plugin), e, phase);
+  }
+}
+
+bool selectable(const char* name) {
+  for (const char* known : kNames)
+    if (known != nullptr && std::strcmp(known, name) == 0) return true;
+  return false;
+}
+
+// The creator declares exactly the op's attributes, each of which an input can name (kNames).
+void check_declared_fields(nvinfer1::IPluginCreatorV3One* creator, const kernels::OpDesc& op) {
+  const PluginFieldCollection* declared = creator->getFieldNames();
+  if (declared == nullptr || declared->nbFields != op.nb_attrs) fail("getFieldNames is not the op's attributes");
+  for (int32_t a = 0; a < op.nb_attrs; ++a) {
+    if (std::strcmp(declared->fields[a].name, op.attrs[a]->name) != 0) fail("getFieldNames is not the op's attributes");
+    if (!selectable(op.attrs[a]->name)) fail((std::string("kNames lacks the attribute ") + op.attrs[a]->name).c_str());
   }
 }
 
@@ -282,6 +301,7 @@ std::vector<nvinfer1::IPluginCreatorV3One*> find_creators() {
       if (std::strcmp(creator->getPluginName(), op->name) == 0) match = creator;
     }
     if (match == nullptr) fail((std::string("getCreators lacks ") + op->name).c_str());
+    check_declared_fields(match, *op);
     found.push_back(match);
   }
   return found;
