@@ -78,7 +78,7 @@ def test_a_value_corrupted_in_one_output_is_found_at_that_node_and_output(tmp_pa
                                           "output": output, "subject": "ort", "baseline": "stored"}
     bad = [t for t in report["tensors"] if t["ok"] is False]
     assert [(t["name"], t["mismatched"], t["worst"]["index"]) for t in bad] == [(tensor, 1, [1, 5])]
-    assert f"({node}, opforge::AddRMSNorm output {output})" in proc.stdout
+    assert f"(node {node}, opforge::AddRMSNorm output {output})" in proc.stdout
     assert f"opforge::AddRMSNorm output {output}" in (tmp_path / "report" / "report.md").read_text()
 
 
