@@ -85,14 +85,17 @@ template <class Direct, class Compute>
 void write_into(const std::vector<Tensor>& outs, const Tensor& like,
                 const std::vector<std::vector<int64_t>>& shapes, Direct&& direct, Compute&& compute) {
   std::vector<Tensor> ys;
-  for (size_t i = 0; i < outs.size(); ++i)
-    ys.push_back(direct(i) ? outs[i] : torch::stable::new_empty(like, shapes[i]));
+  std::vector<bool> in_place;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    in_place.push_back(direct(i));
+    ys.push_back(in_place[i] ? outs[i] : torch::stable::new_empty(like, shapes[i]));
+  }
   compute(ys);
-  for (size_t i = 0; i < outs.size(); ++i)
-    if (!direct(i)) {
-      Tensor target = outs[i];
-      torch::stable::copy_(target, ys[i]);
-    }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (in_place[i]) continue;
+    Tensor target = outs[i];
+    torch::stable::copy_(target, ys[i]);
+  }
 }
 
 // ---- registration: one line per op and backend ----------------------------------------------
@@ -102,6 +105,7 @@ void write_into(const std::vector<Tensor>& outs, const Tensor& like,
 // schemas' signatures (schema_generated.h), by the descriptor: its tensor inputs, one float per
 // attribute, one Tensor (or a tuple of them) per output; an .out overload takes one `out` per
 // output after the attributes, writes them and returns nothing.
+
 // Each<I, T> is T, one per element of a pack of indices (through a struct: nvcc's front end drops
 // the pack from an alias that does not use its index).
 template <size_t, class T>

@@ -221,6 +221,20 @@ def test_cuda_dtypes_and_autograd():
         opforge_torch.swish(torch.ones(2, device="cuda", dtype=torch.float64))
 
 
+def test_cuda_add_rms_norm_dtypes_and_both_outputs_gradients():
+    require_cuda()
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x, w = _rms_inputs("cuda", dtype)
+        r = torch.randn_like(x, requires_grad=True)
+        y, h = opforge_torch.add_rms_norm(x, r, w)
+        (y.float().sum() + h.float().pow(2).sum()).backward()
+        assert x.grad.dtype == r.grad.dtype == w.grad.dtype == dtype
+        assert torch.equal(x.grad, r.grad)
+        ey, eh = spec.ADD_RMS_NORM.composed(x.detach(), r.detach(), w.detach())  # H in X's dtype too
+        torch.testing.assert_close(h, eh, rtol=0, atol=0)
+        torch.testing.assert_close(y.float(), ey.float(), rtol=2e-2, atol=2e-2)
+
+
 def _first_output(result):
     """Y: what every attribute acts on (a second output H = X + R has none)."""
     return result[0] if isinstance(result, tuple) else result

@@ -7,6 +7,7 @@ import torch
 
 import opforge_spec as spec
 import opforge_torch
+from conftest import require_cuda
 from opforge_torch._checks import out_names
 
 X = torch.randn(3, 2 * 8)
@@ -176,17 +177,22 @@ def test_out_that_is_x_itself_or_beside_it_in_one_buffer_is_allowed(op):
 _TWO_OUTPUTS = [op for op in OPS if len(_spec(op).outputs) > 1]
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("rows,cols", [(3, 16), (5, 4099)], ids=["short-rows", "long-rows"])
 @pytest.mark.parametrize("op", _TWO_OUTPUTS)
-def test_in_place_residual_update_gives_the_functional_result(op, rows, cols):
+def test_in_place_residual_update_gives_the_functional_result(op, rows, cols, device):
     """h_out is the residual R and y_out is X itself (each row is read before it is written),
-    as a decoder updates its residual stream in place; and each alone."""
+    as a decoder updates its residual stream in place; and each alone. Long rows take the CUDA
+    row kernel that reads X and R twice."""
+    if device == "cuda":
+        require_cuda()
     torch.manual_seed(0)
-    x, r, w = torch.randn(rows, cols), torch.randn(rows, cols), torch.rand(cols) + 0.5
+    x, r = torch.randn(rows, cols, device=device), torch.randn(rows, cols, device=device)
+    w = torch.rand(cols, device=device) + 0.5
     expected = _functional(op, x=x, r=r, w=w)
     for y_is_x in (True, False):
         xs, rs = x.clone(), r.clone()
-        outs = (xs if y_is_x else torch.empty(rows, cols), rs)
+        outs = (xs if y_is_x else torch.empty(rows, cols, device=device), rs)
         _into(op, outs, x=xs, r=rs, w=w)
         torch.testing.assert_close(outs, expected, rtol=0, atol=0)
     xs, rs = x.clone(), r.clone()
