@@ -72,17 +72,6 @@ void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys
   });
 }
 
-// Whether `out` may be written by the kernel directly. A second output goes through a temporary
-// when it shares memory with an input: on rows too long to stay in registers, the row kernel
-// (kernels/ cuda.cuh) reads X and R again after writing H, so H written over R would be read as R.
-bool writes_directly(const std::vector<Tensor>& outs, size_t i, const Inputs& in) {
-  if (!outs[i].is_contiguous()) return false;
-  if (i == 0) return true;
-  for (const Tensor* t : {in.x, in.r, in.w})
-    if (t != nullptr && overlaps(outs[i], *t)) return false;
-  return true;
-}
-
 struct Cuda {
   template <class Op>
   static std::vector<Tensor> forward(const Inputs& given, const Attrs& attrs) {
@@ -102,7 +91,7 @@ struct Cuda {
     const ContiguousInputs inputs(given);
     const Tensor& x = *inputs.view().x;
     write_into(outs, x, output_shapes(Op::desc, x),
-               [&](size_t i) { return writes_directly(outs, i, inputs.view()); },
+               [&](size_t i) { return outs[i].is_contiguous(); },
                [&](std::vector<Tensor>& ys) { forward_into<Op>(inputs.view(), attrs, ys); });
   }
 

@@ -286,8 +286,9 @@ __global__ void __launch_bounds__(ci::kRowForwardThreads, 1)
         if (p < ppr) yr[p] = normalized<kVec>(kept[k], wp[p], inv);
       }
     } else {
+      // the H this thread wrote (R or X may be H's own buffer: an in-place residual update)
       for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
-        yr[p] = normalized<kVec>(row_input<kResidual, kVec>(xr, rr, p), wp[p], inv);
+        yr[p] = normalized<kVec>(kResidual ? P(hr[p]) : P(xr[p]), wp[p], inv);
       }
     }
   });
