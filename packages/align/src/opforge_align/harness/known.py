@@ -40,6 +40,10 @@ DEVIATIONS = (
         "ORT_ENABLE_EXTENDED fuses the float64 graph into SimplifiedLayerNormalization, which "
         "computes wrongly (float32-level error, epsilon=0.01 ignored: max abs error 2.04); "
         "ORT_ENABLE_BASIC is exact (seen in 1.17.3 and 1.20.1, not in 1.32.0)")),
+    Deviation("decomposed", "AddRMSNorm", "float64", ort_below="1.32", why=(
+        "the same fusion of the RMSNorm after the Add into SimplifiedLayerNormalization: output Y "
+        "off by float32-level errors (8 of 12 cases, max abs error 1.6e-5 on random inputs), "
+        "output H (the Add) exact (seen in 1.17.3, not in 1.32.0)")),
 )
 
 
