@@ -50,13 +50,10 @@ def script_inputs(script: Path, repo: Path = REPO) -> list[Path]:
 
 
 def stage_fields(stage: mx.Stage) -> dict[str, Any]:
-    """The stage's declaration as the digest reads it. Fields added later enter only when set;
-    `slow` never (it decides whether a stage runs, not what it does); cuda `required` reads as
-    `always` (it builds the same). So results kept before those fields existed stay valid."""
+    """The stage's declaration as the digest reads it: without `slow` (it decides whether a stage
+    runs, not what it does); cuda `required` reads as `always` (it builds the same)."""
     fields = dataclasses.asdict(stage)
-    for name, default in mx.NEW_STAGE_FIELDS.items():
-        if fields[name] == default or name == "slow":
-            del fields[name]
+    del fields["slow"]
     if fields["cuda"] == "required":
         fields["cuda"] = "always"
     return fields

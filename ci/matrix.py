@@ -28,10 +28,6 @@ from ci.schema import AXES, Condition, MatrixError, Profile, Rule, Stage, parse_
 REPO = Path(__file__).resolve().parent.parent
 MATRIX = REPO / "matrix.yaml"
 
-# Stage fields added with issue 9 and their defaults: at the default they stay out of a stage's
-# cache digest (ci/cache.py), so results kept before they existed stay valid.
-NEW_STAGE_FIELDS = {"slow": False, "tests": None, "tools": (), "serial": False}
-
 # Bounds on the input (the real file: ~12 KB, 5 levels deep, 432 combinations). PyYAML's pure
 # Python parser reads ~100 KB/s on a busy 2-core machine: 256 KiB keeps a refusal within seconds.
 MAX_BYTES = 256 * 1024
@@ -44,7 +40,7 @@ MAX_DEPTH = 32
 class Cell:
     values: Mapping[str, str]      # axis -> value, in AXES order
     settings: Mapping[str, Any]
-    cpu_builds: bool = False       # its profile's (or variant's) cpu_builds (issue 9)
+    cpu_builds: bool = False       # its profile's (or variant's) cpu_builds
     variant: str = ""              # the release variant it builds (profile `variants:`)
     label: str = ""                # its CUDA builds' local version label ("" for the default)
     gpu: bool = False              # its profile's gpu: ORT venvs install onnxruntime-gpu

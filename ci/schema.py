@@ -230,9 +230,7 @@ OrtRelease = _section("OrtRelease", packages=(Optional[Pins], None),
 ArchListProps = _section("ArchListProps", min_cuda=(VersionText, ...))
 OpsetProps = _section("OpsetProps", min_ort=(VersionText, ...))
 TensorrtRelease = _section("TensorrtRelease", cuda_majors=(tuple[VersionText, ...], ...))
-Suite = _section("Suite", torch=(StrictStr, Field(description="a torch release of torch:")),
-                 ort=(StrictStr, Field(description="an ONNX Runtime release of ort:")),
-                 oldest_ort_of=(StrictStr, Field(description="a profile name")))
+Suite = _section("Suite", ort=(StrictStr, Field(description="an ONNX Runtime release of ort:")))
 DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9.+-]+")
 IMAGE_BY_DIGEST = re.compile(r"[a-z0-9./_:-]+@sha256:[0-9a-f]{64}")
 DebianPackageName = Annotated[str, _checked(lambda value: isinstance(value, str) and DEBIAN_PACKAGE.fullmatch(
@@ -483,7 +481,7 @@ class MatrixFile(Section):
         _check_rules(self.rules, axes, self.settings, self.python)
         _check_stages(self.stages, self.settings, self.tools)
         _check_profiles(self.profiles, axes, self.stages)
-        _check_suite(self.suite, axes, self.profiles)
+        _check_suite(self.suite, axes)
         return self
 
 
@@ -642,12 +640,9 @@ def _check_profiles(profiles: Mapping[str, Profile], axes: Mapping,
                           f"{MAX_COMBINATIONS} a matrix may expand to")
 
 
-def _check_suite(suite: Any, axes: Mapping, profiles: Mapping) -> None:
-    for axis in ("torch", "ort"):
-        if getattr(suite, axis) not in axes[axis]:
-            raise MatrixError(f"suite.{axis}", f"{getattr(suite, axis)!r}: unknown {axis} value")
-    if suite.oldest_ort_of not in profiles:
-        raise MatrixError("suite.oldest_ort_of", f"{suite.oldest_ort_of!r}: unknown profile")
+def _check_suite(suite: Any, axes: Mapping) -> None:
+    if suite.ort not in axes["ort"]:
+        raise MatrixError("suite.ort", f"{suite.ort!r}: unknown ort value")
 
 
 # ------------------------------------------------------------------------ one line per problem

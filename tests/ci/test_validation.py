@@ -125,8 +125,8 @@ def test_toolkit_errors_use_the_same_shape(mutated):
 
 
 def test_suite_names_known_values(mutated):
-    mutated["suite"]["torch"] = "1.0"
-    assert error_of(mutated) == "matrix.yaml: suite.torch: '1.0': unknown torch value"
+    mutated["suite"]["ort"] = "1.0"
+    assert error_of(mutated) == "matrix.yaml: suite.ort: '1.0': unknown ort value"
 
 
 def test_check_command_fails_with_one_line(tmp_path):
