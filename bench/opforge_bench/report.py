@@ -100,7 +100,7 @@ def targets(rows: list, threads: int) -> list:
                     "ratio_of_mins": worst["min_ms"] / mine["min_ms"],
                     "status": _status(ratio >= bar, mine["elements"]), "elements": mine["elements"],
                     "detail": f"{mine['variant']} {mine['median_ms']:.2f} ms vs {worst['variant']} "
-                              f"{worst['median_ms']:.2f} ms"})
+                              f"{worst['median_ms']:.2f} ms" + _graph_text(worst)})
     for variant, layer, allocating in (("opforge_ort", "ort", False), ("opforge_torch", "torch", True)):
         mine = _find(rows, ("Swish", layer, variant, allocating, threads, big))
         if mine:
@@ -111,6 +111,11 @@ def targets(rows: list, threads: int) -> list:
                         "elements": big,
                         "detail": f"{mine['gbps']:.1f} GB/s vs memcpy {mine['memcpy_gbps']:.1f} GB/s"})
     return out
+
+
+def _graph_text(r) -> str:
+    """What ORT ran for an ORT row after its graph optimizations (which fusion fired)."""
+    return f" (ORT ran: {' '.join(r['graph'])})" if r.get("graph") else ""
 
 
 TARGET_ELEMENTS = 1 << 24  # the issue states the targets at >= 16M elements

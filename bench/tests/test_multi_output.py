@@ -67,4 +67,6 @@ def test_a_tiny_run_times_the_fused_op_against_add_then_rms_norm(tmp_path):
     measured = {"addrmsnorm_torch_vs_composed", "addrmsnorm_torch_vs_opforge_rms_norm",
                 "addrmsnorm_ort_vs_composed", "addrmsnorm_ort_vs_contrib"}
     assert measured <= {tid for tid, t in judged.items() if "ratio" in t}, judged
+    ran = " ".join(data["ort_graphs"]["AddRMSNorm composed (ORT_ENABLE_ALL)"])
+    assert judged["addrmsnorm_ort_vs_composed"]["detail"].endswith(f"(ORT ran: {ran})")
     assert "## AddRMSNorm, ort, 1 thread(s)" in (tmp_path / "bench.md").read_text()
