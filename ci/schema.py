@@ -417,6 +417,8 @@ class MatrixFile(Section):
     tensorrt: _values_of(dict[VersionText, TensorrtRelease], "TensorRT releases")
     settings: dict[SettingName, Scalar] = Field(description="a mapping of setting: default")
     rules: tuple[Rule, ...] = Field(description="a list of rules")
+    stage_defaults: dict[StrictStr, dict[StrictStr, Any]] = Field(
+        {}, description="a mapping of names to stage keys")
     stages: dict[StrictStr, Stage] = Field(description="a mapping of stage names")
     profiles: dict[StrictStr, Profile] = Field(description="a mapping of profile names")
     suite: Suite
@@ -452,6 +454,19 @@ class MatrixFile(Section):
                 parse_pin(specs[tid].cuobjdump, f"toolkits.{tid}.cuobjdump")
         return specs
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stages_with_defaults(cls, data: Any) -> Any:
+        """A stage's `defaults: NAME` takes the keys of stage_defaults.NAME it does not set."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("stages"), Mapping):
+            return data
+        groups = data.get("stage_defaults") or {}
+        if not isinstance(groups, Mapping):
+            return data              # the field's own check names the problem
+        _check_default_groups(groups)
+        stages = {name: _with_defaults(name, spec, groups) for name, spec in data["stages"].items()}
+        return {**data, "stages": stages}
+
     @field_validator("stages", "profiles", mode="before")
     @classmethod
     def _named_by_key(cls, named: Any, info: Any) -> Any:
@@ -483,6 +498,30 @@ class MatrixFile(Section):
         _check_profiles(self.profiles, axes, self.stages)
         _check_suite(self.suite, axes)
         return self
+
+
+# ------------------------------------------------------------------------------ stage defaults
+
+STAGE_KEYS = tuple(name for name in Stage.__pydantic_fields__ if name != "name")
+
+
+def _check_default_groups(groups: Mapping) -> None:
+    for group, keys in groups.items():
+        for key in keys if isinstance(keys, Mapping) else ():
+            if key not in STAGE_KEYS:
+                raise MatrixError(f"stage_defaults.{group}.{key}",
+                                  f"unknown key (known: {', '.join(STAGE_KEYS)})")
+
+
+def _with_defaults(name: Any, spec: Any, groups: Mapping) -> Any:
+    if not isinstance(spec, Mapping) or "defaults" not in spec:
+        return spec
+    group = spec["defaults"]
+    if not isinstance(group, str) or not isinstance(groups.get(group), Mapping):
+        raise MatrixError(f"stages.{name}.defaults", f"expected a key of stage_defaults (known: "
+                          f"{', '.join(map(str, groups)) or 'none'}), got {show(group)}")
+    own = {key: value for key, value in spec.items() if key != "defaults"}
+    return {**groups[group], **own}
 
 
 # ---------------------------------------------------------------------------- cross-references
