@@ -1,3 +1,6 @@
+# /// script
+# dependencies = ["nox>=2025.2.9", "pyyaml", "packaging", "pydantic"]
+# ///
 """opforge sessions. Every version comes from matrix.yaml; start with `python3 ci/bootstrap.py -l`.
 
 matrix, tests, wheels, release and bench are selections of one stage engine (ci/runner.py) over
@@ -15,7 +18,10 @@ from pathlib import Path
 
 import nox
 
-nox.needs_version = ">=2024.3.2"  # the oldest API used here; matrix.yaml pins the nox that runs
+# The script block above: nox installs what ci/ imports (it re-runs itself in a venv with them where
+# they are missing), read since 2025.02.09; ci/bootstrap.py installs the same names at the versions
+# matrix.yaml's tools: pins.
+nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "virtualenv"
 nox.options.error_on_missing_interpreters = True

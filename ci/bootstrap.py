@@ -1,9 +1,9 @@
 """Run nox at the version matrix.yaml pins, from a private venv: `python3 ci/bootstrap.py -s matrix`.
 
-Works on a bare machine with Python >= 3.9 (standard library only): reads `tools:` of matrix.yaml
-line by line (no YAML parser yet), checks every pin, makes .nox/_bootstrap with the pinned nox,
-PyYAML, packaging and pydantic (what ci/matrix.py and ci/schema.py read matrix.yaml with) once,
-then hands every argument to that nox. A problem is one line
+Works on a bare machine with Python >= 3.9 (standard library only): reads what the noxfile needs
+from its script block (`# /// script`, PEP 723: nox, PyYAML, packaging, pydantic — what ci/ reads
+matrix.yaml with), their pins from `tools:` of matrix.yaml line by line (no YAML parser yet),
+checks every pin, makes .nox/_bootstrap with them once, then hands every argument to that nox. A problem is one line
 `matrix.yaml: <where>: <problem>` and exit code 2, found before the venv is touched.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".nox" / "_bootstrap"
-NEEDED = ("nox", "pyyaml", "packaging", "pydantic")
+NOXFILE = REPO / "noxfile.py"
 MAX_BYTES = 256 * 1024     # the limit ci/matrix.py applies to the same file
 
 # A strict subset of what ci/matrix.py accepts (canonical PEP 440, checked with `packaging`,
@@ -28,6 +28,9 @@ VERSION = re.compile(r"(?:0|[1-9]\d*)(?:\.(?:0|[1-9]\d*))*(?:(?:a|b|rc)(?:0|[1-9
                      r"(?:\.post(?:0|[1-9]\d*))?(?:\.dev(?:0|[1-9]\d*))?")
 PIN_LINE = re.compile(r"^\s+(" + NAME + r"):\s*\"([^\"]*)\"\s*(?:#.*)?$")
 BLOCK_START = re.compile(r"^tools:\s*(?:#.*)?$")
+SCRIPT_BLOCK = re.compile(r"^# /// script\n((?:#(?: .*)?\n)*?)# ///$", re.MULTILINE)
+DEPENDENCIES = re.compile(r"^dependencies\s*=\s*\[(.*?)\]", re.MULTILINE | re.DOTALL)
+DEPENDENCY = re.compile(r"[\"'](" + NAME + r")[^\"']*[\"']")
 
 
 class BootstrapError(Exception):
@@ -35,6 +38,18 @@ class BootstrapError(Exception):
 
     def __init__(self, where: str, problem: str):
         super().__init__(f"matrix.yaml: {where}: {problem}")
+
+
+def script_dependencies(text: str) -> tuple[str, ...]:
+    """The project names of `dependencies` in a PEP 723 `# /// script` block, in order."""
+    block = SCRIPT_BLOCK.search(text)
+    if block is None:
+        raise ValueError("no `# /// script` block (PEP 723)")
+    toml = "\n".join(line[2:] for line in block.group(1).splitlines())
+    found = DEPENDENCIES.search(toml)
+    if found is None:
+        raise ValueError("its `# /// script` block has no `dependencies = [...]`")
+    return tuple(_canonical(item.group(1)) for item in DEPENDENCY.finditer(found.group(1)))
 
 
 def read_bytes(path: Path) -> bytes:
@@ -97,6 +112,9 @@ def _canonical(name: str) -> str:
 
 def _short(text: str) -> str:
     return text if len(text) <= 80 else text[:80] + "..."
+
+
+NEEDED = script_dependencies(NOXFILE.read_text())   # what the noxfile imports to list its sessions
 
 
 def read_requirements(data: bytes) -> list[str]:

@@ -97,9 +97,11 @@ def test_a_10_mb_file_is_refused_before_it_is_read_as_text():
 
 @pytest.fixture
 def scratch_repo(tmp_path) -> Path:
-    """A repo layout holding the real ci/bootstrap.py and a .nox/_bootstrap that must survive."""
+    """A repo layout holding the real ci/bootstrap.py and noxfile.py and a .nox/_bootstrap that
+    must survive."""
     (tmp_path / "ci").mkdir()
     shutil.copy(REPO / "ci" / "bootstrap.py", tmp_path / "ci" / "bootstrap.py")
+    shutil.copy(REPO / "noxfile.py", tmp_path / "noxfile.py")   # the script block it reads
     keep = tmp_path / ".nox" / "_bootstrap"
     keep.mkdir(parents=True)
     (keep / "kept").write_text("the venv of an earlier run")
