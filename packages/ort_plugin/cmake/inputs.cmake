@@ -1,11 +1,11 @@
 # Build inputs of opforge_ort, each a CMake variable (-DNAME=...) or else the environment variable
-# of the same name (opforge_input, cmake/kernels.cmake):
+# of the same name (opforge_input, of opforge-spec's CMake package opforge_kernels):
 #   OPFORGE_ORT_INCLUDE_DIR      required: a folder holding ONNX Runtime's onnxruntime_c_api.h. No
 #                                Python package ships these headers; its ORT_API_VERSION only bounds
 #                                what may be requested.
 #   OPFORGE_ORT_MIN_API          the ORT C API version requested at run time; the library serves
 #                                ONNX Runtime >= 1.<it>. Default: this package's floor below.
-#   OPFORGE_KERNELS_INCLUDE_DIR  the shared kernels (cmake/kernels.cmake, already located)
+#   OPFORGE_KERNELS_INCLUDE_DIR  the shared kernels' override (CMakeLists.txt, already located)
 set(OPFORGE_ORT_API_FLOOR 17)  # the oldest API whose functions csrc/ uses (csrc/ops.cc asserts it)
 
 opforge_input(OPFORGE_ORT_MIN_API "${OPFORGE_ORT_API_FLOOR}")
@@ -37,8 +37,6 @@ if(NOT OPFORGE_ORT_HEADER_API OR OPFORGE_ORT_HEADER_API LESS OPFORGE_ORT_MIN_API
                       "(OPFORGE_ORT_MIN_API), got '${OPFORGE_ORT_HEADER_API}'")
 endif()
 set(OPFORGE_ORT_HEADERS_LABEL "OPFORGE_ORT_INCLUDE_DIR (ORT_API_VERSION ${OPFORGE_ORT_HEADER_API})")
-
-include("${OPFORGE_KERNELS_CMAKE_DIR}/opforge_package.cmake")  # opforge_install_library
 
 message(STATUS "opforge_ort: ORT headers ${OPFORGE_ORT_INCLUDE_DIR} (API ${OPFORGE_ORT_HEADER_API}); "
                "requesting ORT API ${OPFORGE_ORT_MIN_API} at run time (ONNX Runtime >= 1.${OPFORGE_ORT_MIN_API}); "

@@ -1,9 +1,9 @@
 # Build inputs of opforge_trt, each a CMake variable (-DNAME=...) or else the environment variable
-# of the same name (opforge_input, cmake/kernels.cmake):
+# of the same name (opforge_input, of opforge-spec's CMake package opforge_kernels):
 #   OPFORGE_TRT_INCLUDE_DIR      a folder holding NvInferRuntime.h (TensorRT >= 10). Unset: the
 #                                TensorRT headers of the PyPI wheel cmake/trt_headers.py pins,
 #                                downloaded (no dependencies) into $OPFORGE_CACHE
-#   OPFORGE_KERNELS_INCLUDE_DIR  the shared kernels (cmake/kernels.cmake, already located)
+#   OPFORGE_KERNELS_INCLUDE_DIR  the shared kernels' override (CMakeLists.txt, already located)
 opforge_input(OPFORGE_TRT_INCLUDE_DIR "")
 if(OPFORGE_TRT_INCLUDE_DIR)
   set(OPFORGE_TRT_HEADERS_LABEL "OPFORGE_TRT_INCLUDE_DIR")
@@ -36,8 +36,6 @@ if(NOT OPFORGE_TRT_MAJOR OR OPFORGE_TRT_MAJOR LESS 10)
                       "IPluginV3 needs TensorRT >= 10")
 endif()
 set(OPFORGE_TRT_HEADER_VERSION "${OPFORGE_TRT_MAJOR}.${OPFORGE_TRT_MINOR}.${OPFORGE_TRT_PATCH}")
-
-include("${OPFORGE_KERNELS_CMAKE_DIR}/opforge_package.cmake")  # opforge_install_library
 
 message(STATUS "opforge_trt: TensorRT headers ${OPFORGE_TRT_INCLUDE_DIR} "
                "(TensorRT ${OPFORGE_TRT_HEADER_VERSION}, ${OPFORGE_TRT_HEADERS_LABEL}); "

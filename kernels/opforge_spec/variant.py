@@ -1,5 +1,11 @@
 """scikit-build-core dynamic-metadata provider: the variant's version and CUDA-only extras.
 
+The one copy, shared by the packages that build with scikit-build-core and opforge-spec
+(ort_plugin, trt_plugin; it was build_support/opforge_variant.py in each): a package names it
+`provider = "opforge_variant"` in its [[tool.dynamic-metadata]] (the entry point of that name in
+the group dynamic_metadata.provider, kernels/pyproject.toml), with opforge-spec in its
+[build-system] requires. It uses nothing but the standard library.
+
 Build inputs (environment), documented in the package README:
   OPFORGE_LOCAL_VERSION  the variant's PEP 440 local label, e.g. "cu130" -> 0.1.0+cu130; unset or
                          empty: the plain version (the default variant, the one for PyPI)
