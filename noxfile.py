@@ -29,8 +29,8 @@ nox.options.error_on_missing_interpreters = True
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from ci import matrix as mx  # noqa: E402  (after the path insert: ci/ lives beside this file)
-from ci import venvs  # noqa: E402
+from ci import model as mx  # noqa: E402  (after the path insert: ci/ lives beside this file)
+from ci.provision import venvs  # noqa: E402
 
 
 def _matrix() -> mx.Matrix:
@@ -42,7 +42,7 @@ def _matrix() -> mx.Matrix:
 
 def _engine(session: nox.Session, *args: str, out: str) -> None:
     """Run a selection of the stage engine into build/<out>; fail loudly when a stage failed."""
-    from ci import runner
+    from ci.engine import runner
 
     code = runner.main(["--out", str(REPO / "build" / out), *args])  # args may end in --script-args
     if code == 1:
@@ -76,7 +76,7 @@ def wheels(session: nox.Session) -> None:
 def release(session: nox.Session) -> None:
     """The release profile's variants, then dist/, one PEP 503 index per variant and a smoke test
     from each (ci/release.py); `-- --only variant=cpu` builds one, `--share-torch`: ci/release.py."""
-    from ci import release as rel
+    from ci.release import release as rel
 
     engine_args, release_args = rel.split_posargs(session.posargs)
     _engine(session, "--profile", "release", *engine_args, out="release")
@@ -126,7 +126,7 @@ def apt_lock(session: nox.Session) -> None:
     """Resolve docker/apt.lock (every Debian package of the image, exact versions) from the mirror."""
     session.install(*venvs.tools_requirements(_matrix(), ("python-debian", "pyyaml", "packaging",
                                                           "pydantic")))
-    session.run("python", "-m", "ci.aptlock", "lock")
+    session.run("python", "-m", "ci.generate.aptlock", "lock")
     session.run("python", "-m", "ci.workflows", "--update")   # the Dockerfile carries the pins
 
 
@@ -135,14 +135,14 @@ def container_wheels(session: nox.Session) -> None:
     """Every pin a container run of PROFILE (default tests) installs, into build/container-wheels
     for `docker/run.sh --wheels build/container-wheels` (offline): `-- PROFILE`."""
     session.install(*venvs.tools_requirements(_matrix(), ("pyyaml", "packaging", "pydantic")))
-    session.run("python", "-m", "ci.container", *session.posargs[:1])
+    session.run("python", "-m", "ci.provision.container", *session.posargs[:1])
 
 
 @nox.session(default=False)
 def fuzz(session: nox.Session) -> None:
     """Fuzz each target of fuzz/targets/ under ASan/UBSan (atheris for Python), 300 s by default:
     `nox -s fuzz -- --seconds 60 manifest`; report in build/fuzz/report.json."""
-    from ci import toolkits
+    from ci.provision import toolkits
 
     m = _matrix()
     suite = m.profiles["tests"].values   # the Python environment and toolkit of the test suite

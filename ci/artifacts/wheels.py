@@ -14,8 +14,13 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from ci.artifacts import index
 
 # Runtimes the user brings; never bundled (PITFALLS: "wheel vendors libtorch / libcudart").
 EXCLUDES = ("libtorch*.so*", "libc10*.so*", "libcudart.so.*", "libonnxruntime.so.*",
@@ -193,10 +198,6 @@ def platform_problem(repaired: Path, unpacked: Path, tools: Path, log: Path) -> 
 
 def declared_runtimes(wheel: Path) -> set[str]:
     """The distributions a wheel requires without extras (canonical names)."""
-    from packaging.utils import canonicalize_name
-
-    from ci import index
-
     return {canonicalize_name(req.name) for req in index.runtime_requirements(wheel)}
 
 
@@ -224,8 +225,6 @@ def bundled_runtimes(wheel: Path) -> list[str]:
 
 def smoke(wheel: Path, venv: Path, log: Path, *, torch_site: Path | None = None) -> str | None:
     """Install into a fresh venv and import; torch (if needed) is seen from torch_site."""
-    import sys
-
     shutil.rmtree(venv, ignore_errors=True)
     if _run([sys.executable, "-m", "venv", str(venv)], log).returncode != 0:
         return "cannot create a venv"

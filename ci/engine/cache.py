@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ci import matrix as mx
-from ci import venvs
-from ci.plan import key_hash
-from ci.report import Result
+from ci import model as mx
+from ci.engine.result import Result
+from ci.model import key_hash
+from ci.provision import venvs
 
 REPO = mx.REPO
 SKIP_DIRS = {"build", "dist", "__pycache__", ".pytest_cache", ".nox", ".git"}
@@ -74,7 +74,7 @@ def stage_tree(matrix: mx.Matrix, stage: mx.Stage, cell: mx.Cell) -> dict[str, A
         return {"tree": tree_hash([REPO / stage.tests_dir, kernels])}
     if stage.kind == "script":
         return {"tree": tree_hash([*script_inputs(REPO / stage.run[0]), kernels])}
-    return {"tree": tree_hash([REPO / "ci" / "wheels.py"])}
+    return {"tree": tree_hash([REPO / "ci" / "artifacts"])}
 
 
 def digest(matrix: mx.Matrix, cell: mx.Cell, stage: mx.Stage, key: str,

@@ -1,19 +1,19 @@
 """The plan: which cells and stages a run selects, and per cell and stage run / reuse / skip.
 
-Pure: reads the matrix, the host facts and which files exist; runs nothing.
+Pure: reads the matrix and the host facts; runs nothing. skip_reason is the one decision that
+a stage is skipped, and why: --skip-slow, what this host lacks (a GPU, the TensorRT runtime, the
+cell's toolkit), a CPU-only release variant, or an `after` stage that is skipped.
 
-A stage runs once per key (ci.matrix.stage_key); other cells with the same key reuse the result.
-A stage whose `after` stage is skipped is skipped with that reason.
+A stage runs once per key (ci.model.stage_key); other cells with the same key reuse the result.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
-from ci import matrix as mx
-from ci import probe as hostprobe
+from ci import model as mx
+from ci.model import cell_slug, key_text
+from ci.provision.probe import Fact, Host
 
 SLOW_REASON = "slow stage (--skip-slow)"
 
@@ -42,23 +42,6 @@ class Only:
     stages: frozenset[str] = frozenset()
     packages: frozenset[str] = frozenset()
     variants: frozenset[str] = frozenset()
-
-
-def key_text(key: tuple) -> str:
-    return " ".join(f"{k}={v}" if v else k for k, v in key)
-
-
-def key_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def cell_slug(cell: mx.Cell) -> str:
-    """A CI job id: 'cuda-13.0-pypi_torch2.14.1_sm80-90_opset17_ort1.17.3_trt10.14'."""
-    values = cell.values
-    archs = "-".join(arch.replace(".", "") for arch in values["arch_list"].split(";"))
-    slug = (f"{values['toolkit']}_torch{values['torch']}_sm{archs}_opset{values['opset']}"
-            f"_ort{values['ort']}_trt{values['tensorrt']}")
-    return f"{slug}_{cell.variant}" if cell.variant else slug
 
 
 # ------------------------------------------------------------------------------------- selection
@@ -149,8 +132,8 @@ def select(matrix: mx.Matrix, profile: str, *, only: Iterable[str] = (), cell_id
 # ------------------------------------------------------------------------------------------ plan
 
 
-def plan(matrix: mx.Matrix, host: hostprobe.Host, cells: Iterable[mx.Cell], repo: Path = mx.REPO,
-         *, stages: Iterable[str] | None = None, skip_slow: bool = False) -> list[dict[str, Planned]]:
+def plan(matrix: mx.Matrix, host: Host, cells: Iterable[mx.Cell], *,
+         stages: Iterable[str] | None = None, skip_slow: bool = False) -> list[dict[str, Planned]]:
     """What each selected stage of each cell will do, before anything runs."""
     names = list(matrix.stages if stages is None else stages)
     first: dict[str, int] = {}
@@ -160,7 +143,7 @@ def plan(matrix: mx.Matrix, host: hostprobe.Host, cells: Iterable[mx.Cell], repo
         for name in names:
             stage = matrix.stages[name]
             key = key_text(mx.stage_key(matrix, stage, cell))
-            reason = skip_reason(matrix, host, stage, cell, repo, row, skip_slow)
+            reason = skip_reason(matrix, host, stage, cell, row, skip_slow=skip_slow)
             if reason is not None:
                 row[name] = Planned("skip", reason, key)
             elif key in first:
@@ -172,8 +155,8 @@ def plan(matrix: mx.Matrix, host: hostprobe.Host, cells: Iterable[mx.Cell], repo
     return out
 
 
-def plan_gathering(matrix: mx.Matrix, host: hostprobe.Host, cells: Iterable[mx.Cell],
-                   repo: Path = mx.REPO, *, stages: Iterable[str]) -> list[dict[str, Planned]]:
+def plan_gathering(matrix: mx.Matrix, host: Host, cells: Iterable[mx.Cell], *,
+                   stages: Iterable[str]) -> list[dict[str, Planned]]:
     """The plan when other runs made the cells' results (CI jobs, `--gather-from`): the gathering
     stages run unless this host cannot run them; the other stages' results are read, not run
     (their keys only)."""
@@ -183,23 +166,36 @@ def plan_gathering(matrix: mx.Matrix, host: hostprobe.Host, cells: Iterable[mx.C
         for name in stages:
             stage = matrix.stages[name]
             key = key_text(mx.stage_key(matrix, stage, cell))
-            reason = hostprobe.decide(matrix, host, stage, cell, repo) if stage.gather else None
+            reason = skip_reason(matrix, host, stage, cell) if stage.gather else None
             row[name] = Planned("skip", reason, key) if reason else Planned("run", "", key)
         out.append(row)
     return out
 
 
-def skip_reason(matrix: mx.Matrix, host: hostprobe.Host, stage: mx.Stage, cell: mx.Cell,
-                repo: Path, row: Mapping[str, Planned], skip_slow: bool) -> str | None:
+def skip_reason(matrix: mx.Matrix, host: Host, stage: mx.Stage, cell: mx.Cell,
+                row: Mapping[str, Planned] | None = None, *, skip_slow: bool = False) -> str | None:
+    """None when the stage runs here; else the reason it is skipped. Without the cell's `row` so
+    far (gathering: the other stages ran elsewhere) its `after` stages are not asked."""
     if skip_slow and stage.slow:
         return SLOW_REASON
-    reason = hostprobe.decide(matrix, host, stage, cell, repo) or cpu_variant_reason(stage, cell)
-    if reason is None and stage.tests and not (repo / stage.tests).is_dir():
-        reason = f"{stage.tests} not present yet"
-    if reason is not None:
+    reason = host_reason(matrix, host, stage, cell) or cpu_variant_reason(stage, cell)
+    if reason is not None or row is None:
         return reason
     return blocked_by(stage, {b: row[b].action == "skip" for b in stage.after},
                       {b: row[b].reason for b in stage.after})
+
+
+def host_reason(matrix: mx.Matrix, host: Host, stage: mx.Stage, cell: mx.Cell) -> str | None:
+    """What this host lacks for the stage: a GPU, the TensorRT runtime, the toolkit it builds with."""
+    if "gpu" in stage.needs and not host.gpu.ok:
+        return "no GPU"
+    if "tensorrt-runtime" in stage.needs and not host.tensorrt.ok:
+        return "no TensorRT runtime (libnvinfer not installed)"
+    tid = cell.values["toolkit"]
+    if stage.kind == "build" and mx.builds_cuda(matrix, stage, cell) and \
+            not host.toolkits.get(tid, Fact(False, "unknown")).ok:
+        return f"toolkit {tid} unavailable here ({host.toolkits[tid].detail})"
+    return None
 
 
 def cpu_variant_reason(stage: mx.Stage, cell: mx.Cell) -> str | None:

@@ -18,21 +18,23 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ci import cache, executors, report, venvs
-from ci import matrix as mx
-from ci import probe as hostprobe
-from ci.executors import STAGE_TIMEOUT_S, Job, Workspace
-from ci.plan import (
+from ci import model as mx
+from ci.engine import cache, executors
+from ci.engine.executors import STAGE_TIMEOUT_S, Job, Workspace
+from ci.engine.plan import (
     Planned,
     Selection,
     blocked_by,
-    key_hash,
     plan,
     plan_gathering,
     render_plan,
     select,
 )
-from ci.report import Result  # status pass | fail | skip; a skip's reason in Result.reason
+from ci.engine.result import Result  # status pass | fail | skip; a skip's reason in Result.reason
+from ci.model import key_hash
+from ci.provision import probe as hostprobe
+from ci.provision import venvs
+from ci.report import report
 
 REPO = mx.REPO
 OUT = REPO / "build" / "matrix"

@@ -24,7 +24,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-LOCK = Path(__file__).resolve().parent.parent / "docker" / "apt.lock"
+from ci.provision import apt
+from ci.provision.debian import cache_root, mirror, security_mirror
+
+# python-debian (`debian`) is imported where the lock is resolved (nox -s apt_lock): `check` runs
+# with the standard library alone, inside the image before any venv exists.
+
+LOCK = Path(__file__).resolve().parents[2] / "docker" / "apt.lock"
 PARTS = ("base", "image")
 REFRESH = ("refresh it: `nox -s apt_lock` (python -m ci.aptlock lock), review the diff of "
            "docker/apt.lock, then `python -m ci.workflows --update`")
@@ -293,9 +299,7 @@ def fetch_indexes(release: str, state: Path) -> tuple[dict[str, list[Candidate]]
     suite's Candidates and its InRelease (suite, Version, Date)."""
     from debian import deb822
 
-    from ci import debian
-
-    options = _apt_options(release, state, debian)
+    options = _apt_options(release, state)
     subprocess.run(["apt-get", *options, "update"], check=True, stdout=subprocess.DEVNULL)
     arch = subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True,
                           text=True).stdout.strip()
@@ -318,28 +322,17 @@ def fetch_indexes(release: str, state: Path) -> tuple[dict[str, list[Candidate]]
     return by_suite, tuple(sorted(indexes, key=lambda i: suites(release).index(i[0])))
 
 
-def _apt_options(release: str, state: Path, debian) -> list[str]:
-    mirror, security = debian.mirror(), debian.security_mirror()
-    sources = state / "image.sources"
-    state.mkdir(parents=True, exist_ok=True)
-    keyring = f"Signed-By: {debian.KEYRING}\n"
-    sources.write_text(
-        f"Types: deb\nURIs: {mirror}\nSuites: {release} {release}-updates\nComponents: main\n"
-        f"{keyring}\nTypes: deb\nURIs: {security}\nSuites: {release}-security\n"
-        f"Components: main\n{keyring}")
-    (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
-    return ["-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/dev/null",
-            "-o", f"Dir::State::Lists={state / 'lists'}", "-o", "APT::Sandbox::User=root",
-            "-o", "Acquire::GzipIndexes=false", "-o", "Acquire::Languages=none",
-            "-o", "Dir::Etc::Preferences=/dev/null", "-o", "Dir::Etc::PreferencesParts=/dev/null",
-            "-q"]
+def _apt_options(release: str, state: Path) -> list[str]:
+    stanzas = [apt.stanza(mirror(), f"{release} {release}-updates", "main"),
+               apt.stanza(security_mirror(), f"{release}-security", "main")]
+    return apt.options(state, "image", stanzas, "-o", "Acquire::GzipIndexes=false",
+                       "-o", "Acquire::Languages=none", "-o", "Dir::Etc::Preferences=/dev/null",
+                       "-o", "Dir::Etc::PreferencesParts=/dev/null")
 
 
 def lock_from_mirror(container: Mapping) -> Lock:
-    from ci import debian
-
     release, requested = container["debian"], tuple(container["apt"])
-    by_suite, indexes = fetch_indexes(release, debian.cache_root() / "debian" / f"lock-{release}")
+    by_suite, indexes = fetch_indexes(release, cache_root() / "debian" / f"lock-{release}")
     return resolve(by_suite, release, requested, indexes)
 
 
@@ -386,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _lock_command(output: Path) -> int:
-    from ci import matrix as mx
+    # Only `lock` reads matrix.yaml (pydantic); `check` runs with the standard library alone.
+    from ci import model as mx
 
     container = mx.load().data["container"]
     lock = lock_from_mirror(container)

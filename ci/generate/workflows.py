@@ -18,30 +18,20 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import hashlib
-import json
 import re
 import sys
-import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-try:
-    from ci import aptlock, toolkits
-    from ci import matrix as mx
-    from ci.bootstrap import NEEDED as BOOTSTRAP_TOOLS
-    from ci.executors import Workspace
-    from ci.plan import cell_slug
-except ImportError:  # run as a script: python ci/workflows.py
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from ci import aptlock, toolkits
-    from ci import matrix as mx
-    from ci.bootstrap import NEEDED as BOOTSTRAP_TOOLS  # nox and PyYAML: what runs nox
-    from ci.executors import Workspace  # where a run leaves each stage's output folder
-    from ci.plan import cell_slug  # the job id; `nox -s matrix -- --cell ID` reruns that job
+import yaml
+
+from ci import model as mx
+from ci.engine.workspace import Workspace  # where a run leaves each stage's output folder
+from ci.generate.dockerfile import CI_PROFILE, GenerateError, dockerfile, image_tag, pin
+from ci.model import cell_slug  # the job id; `nox -s matrix -- --cell ID` reruns that job
+from ci.provision import toolkits
 
 REPO = mx.REPO
-CI_PROFILE = "ci-gpu"
 HEADER = ("# Generated from matrix.yaml by `python -m ci.workflows --update`; do not edit.\n"
           "# `python -m ci.workflows --check` (the generated-files job, nox -s tests) fails when\n"
           "# this file is stale.\n")
@@ -56,10 +46,6 @@ ACTIONS = {
                "v4.1.0"),
     "pypi": ("pypa/gh-action-pypi-publish", "ed0c53931b1dc9bd32cbe73a98c7f6766f8a527e", "v1.13.0"),
 }
-# The image: docker/build.sh builds docker/Dockerfile with these scripts copied in, and
-# docker/podman.sh tags it with the first 12 hex of the sha256 of it and these files.
-IMAGE_INPUTS = ("docker/apt.lock", "ci/aptlock.py", "ci/debian.py", "ci/matrix.py", "ci/schema.py",
-                "ci/toolkits.py")  # as docker/podman.sh hashes them, in its order
 IMAGE_NAME = "opforge"
 # The release: `nox -s release` (profile release) leaves DIST (wheels of every variant and the
 # sdists) and INDEX/<variant>/simple/ (a PEP 503 index per variant) under RELEASE_OUT.
@@ -71,35 +57,16 @@ RELEASE_INDEX = f"{RELEASE_OUT}/index"
 PYPI_DIR = f"{RELEASE_OUT}/pypi"   # what PyPI gets: the sdists and the wheels without a local label
 MATRIX_OUT = "build/matrix"        # nox -s matrix's report, logs and stage outputs
 GATHERED = "build/gathered"        # where the gather job downloads the cells' results
-PLACEHOLDER = re.compile(r"@([A-Za-z_][\w.:-]*)@")
 PINNED_USES = re.compile(r"^(\s*-?\s*uses: )(\S+)@([0-9a-f]{40})$", re.MULTILINE)
 
 
-class GenerateError(RuntimeError):
-    """matrix.yaml lacks what a generated file needs; the message names the key."""
-
-
 # ------------------------------------------------------------------------------------- workflow
-
-
-def _pin(matrix: mx.Matrix, name: str) -> str:
-    if name not in matrix.tools:
-        raise GenerateError(f"matrix.yaml: tools.{name}: missing (the generated CI files pin it)")
-    return f"{name}=={matrix.tools[name]}"
 
 
 def uses(action: str) -> str:
     """`owner/repo@<commit>`; _dump adds the release as a comment."""
     repository, commit, _ = ACTIONS[action]
     return f"{repository}@{commit}"
-
-
-def image_tag(dockerfile_text: str, root: Path = REPO) -> str:
-    """The tag docker/podman.sh gives the image built from this Dockerfile (opforge_image)."""
-    digest = hashlib.sha256(dockerfile_text.encode())
-    for rel in IMAGE_INPUTS:
-        digest.update((root / rel).read_bytes())
-    return digest.hexdigest()[:12]
 
 
 def _checkout() -> dict:
@@ -200,8 +167,8 @@ def workflow(matrix: mx.Matrix, tag: str, profile: str = CI_PROFILE) -> str:
                 "steps": [
                     _checkout(),
                     {"name": "Check", "run": f"python3 -m venv \"$RUNNER_TEMP/venv\"\n"
-                     f"\"$RUNNER_TEMP/venv/bin/pip\" install {_pin(matrix, 'pyyaml')} "
-                     f"{_pin(matrix, 'packaging')} {_pin(matrix, 'pydantic')}\n"
+                     f"\"$RUNNER_TEMP/venv/bin/pip\" install {pin(matrix, 'pyyaml')} "
+                     f"{pin(matrix, 'packaging')} {pin(matrix, 'pydantic')}\n"
                      f"\"$RUNNER_TEMP/venv/bin/python\" -m ci.workflows --check\n"},
                 ],
             },
@@ -376,8 +343,6 @@ def actionlint_config(matrix: mx.Matrix) -> str:
 
 
 def _dump(document: Mapping) -> str:
-    import yaml
-
     class Dumper(yaml.SafeDumper):
         pass
 
@@ -396,79 +361,6 @@ def _dump(document: Mapping) -> str:
 def _with_release(found: re.Match) -> str:
     release = {(repository, commit): tag for repository, commit, tag in ACTIONS.values()}
     return f"{found.group(0)} # {release[(found.group(2), found.group(3))]}"
-
-
-# ------------------------------------------------------------------------------------ Dockerfile
-
-
-TEMPLATE = REPO / "docker" / "opforge.Dockerfile.in"
-
-
-def dockerfile(matrix: mx.Matrix, template: Path = TEMPLATE) -> str:
-    """docker/opforge.Dockerfile.in with its @placeholders@ filled from matrix.yaml."""
-    container = matrix.data.get("container")
-    if not isinstance(container, Mapping) or not isinstance(container.get("debian"), str):
-        raise GenerateError("matrix.yaml: container.debian: expected the base image's Debian "
-                            f"release (e.g. bookworm), got {container!r}")
-    ort = matrix.data["sources"]["ort_headers"]
-    lock = _apt_lock(matrix, container)
-    values: dict[str, Callable[[], str]] = {
-        "GENERATED": lambda: "Generated from docker/opforge.Dockerfile.in and matrix.yaml by "
-                             "`python -m ci.workflows --update`; do not edit.",
-        "DEBIAN": lambda: container["debian"],
-        "APT_INDEXES": lambda: "\n".join(f"#   {suite} {version}, {date}"
-                                         for suite, version, date in lock.indexes),
-        "APT_PINS": lambda: _continued(lock.pins("image"), indent=6),
-        "PIP": lambda: " ".join(_pin(matrix, name) for name in BOOTSTRAP_TOOLS),
-        "TOOLKITS": lambda: _toolkit_layers(matrix),
-        "ORT_SUITE": lambda: ort["debian_suite"],
-        "ORT_PACKAGE": lambda: ort["package"],
-        "ORT_VERSION": lambda: ort["version"],
-    }
-
-    def fill(found: re.Match) -> str:
-        name = found.group(1)
-        if name not in values:
-            raise GenerateError(f"{template.name}: @{name}@: unknown placeholder (known: "
-                                f"{', '.join(values)})")
-        return values[name]()
-
-    return PLACEHOLDER.sub(fill, template.read_text())
-
-
-def _apt_lock(matrix: mx.Matrix, container: Mapping) -> aptlock.Lock:
-    """docker/apt.lock beside the matrix file, refused when it locks another release or apt list."""
-    path = matrix.path.parent / "docker" / "apt.lock"
-    try:
-        lock = aptlock.load(path)
-    except aptlock.LockError as exc:
-        raise GenerateError(str(exc)) from None
-    problem = aptlock.stale(lock, container, "docker/apt.lock")
-    if problem:
-        raise GenerateError(problem)
-    return lock
-
-
-def _continued(words: list[str], indent: int, width: int = 100) -> str:
-    """Shell words wrapped into lines continued with a backslash."""
-    lines = textwrap.wrap(" ".join(words), width=width - indent - 2, break_long_words=False,
-                          break_on_hyphens=False)
-    return " \\\n".join(" " * indent + line for line in lines)
-
-
-def _toolkit_layers(matrix: mx.Matrix) -> str:
-    """One RUN per toolkit of the CI profile, its spec written out (the layer caches on the pins)."""
-    ids = matrix.profiles[CI_PROFILE].values["toolkit"]
-    layers = []
-    for toolkit_id in ids:
-        spec = toolkits.parse_spec(toolkit_id, matrix.props("toolkit", toolkit_id))
-        if spec.source == "system":
-            continue  # an installed toolkit is the host's, mounted with docker/run.sh --cuda
-        layers.append("RUN --mount=type=secret,id=hostca \\\n"
-                      "    if [ -f /run/secrets/hostca ]; then export PIP_CERT=/run/secrets/hostca; fi \\\n"
-                      f" && python -m ci.toolkits provision {toolkit_id} \\\n"
-                      f"    --spec '{json.dumps(spec.data(), sort_keys=True)}'")
-    return "\n".join(layers)
 
 
 # ----------------------------------------------------------------------------------------- files

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import tomllib
 
-from ci import aptlock, venvs
-from ci import matrix as mx
+from ci import model as mx
+from ci.generate import aptlock
+from ci.provision import venvs
 
 WHEELS = mx.REPO / "build" / "container-wheels"
 # The wheel stage repairs with these (ci/executors.py), whatever the profile's stages list.

@@ -14,12 +14,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from ci.matrix import Matrix
+from ci.provision import apt
 
-KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 SYSTEM_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 
 
@@ -77,23 +75,10 @@ def security_mirror() -> str:
 
 
 def _apt_options(state: Path, suite: str) -> list[str]:
-    sources = state / f"{suite}.sources"
-    if not sources.exists():
-        state.mkdir(parents=True, exist_ok=True)
-        sources.write_text(
-            f"Types: deb\nURIs: {mirror()}\nSuites: {suite}\n"
-            f"Components: main contrib non-free\nSigned-By: {KEYRING}\n")
-    (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (state / "archives" / "partial").mkdir(parents=True, exist_ok=True)
-    return [
-        "-o", f"Dir::Etc::SourceList={sources}",
-        "-o", "Dir::Etc::SourceParts=/dev/null",
-        "-o", f"Dir::State::Lists={state / 'lists'}",
-        "-o", f"Dir::Cache::Archives={state / 'archives'}",
-        "-o", "APT::Get::List-Cleanup=0",
-        "-o", "APT::Sandbox::User=root",
-        "-q",
-    ]
+    return apt.options(state, suite, [apt.stanza(mirror(), suite, "main contrib non-free")],
+                       "-o", f"Dir::Cache::Archives={state / 'archives'}",
+                       "-o", "APT::Get::List-Cleanup=0")
 
 
 def fetch(package: str, version: str, suite: str = "trixie") -> Path:
@@ -128,7 +113,7 @@ def fetch(package: str, version: str, suite: str = "trixie") -> Path:
     return target
 
 
-def ort_include_dir(matrix: Matrix) -> Path:
+def ort_include_dir(matrix: Any) -> Path:
     """The folder of ONNX Runtime's C headers that the builds get as OPFORGE_ORT_INCLUDE_DIR: the
     Debian package matrix.yaml pins in `sources.ort_headers` (no PyPI package carries them)."""
     spec = matrix.data["sources"]["ort_headers"]
@@ -145,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the ORT header folder matrix.yaml pins (for OPFORGE_ORT_INCLUDE_DIR)")
     args = parser.parse_args(argv)
     if args.ort_include:
-        from ci import matrix
+        # Only this reads matrix.yaml (pydantic): fetch runs where the standard library is all.
+        from ci import model
 
-        print(ort_include_dir(matrix.load()))
+        print(ort_include_dir(model.load()))
     elif args.package and args.version:
         print(fetch(args.package, args.version, args.suite))
     else:

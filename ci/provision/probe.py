@@ -1,6 +1,5 @@
-"""What this machine can run: toolkits, GPU, TensorRT runtime, glibc, Python, podman.
-
-`decide()` says per cell and stage whether it runs here, or why not (`skipped: <reason>`).
+"""What this machine can run: toolkits, GPU, TensorRT runtime, glibc, Python, podman (the facts
+the plan's skip decision reads: ci/engine/plan.py).
 
     python -m ci.probe            # the facts, one per line
     python -m ci.probe --json
@@ -17,11 +16,9 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 
-from ci import matrix as mx
-
-REPO = mx.REPO
+from ci import model as mx
+from ci.provision import toolkits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +78,6 @@ def probe_podman() -> Fact:
 
 
 def probe_system_nvcc() -> Fact:
-    from ci import toolkits
-
     root = toolkits.system_root()
     nvcc = root / "bin" / "nvcc"
     if not nvcc.is_file():
@@ -94,8 +89,6 @@ def probe_system_nvcc() -> Fact:
 
 
 def probe_toolkits(matrix: mx.Matrix) -> dict[str, Fact]:
-    from ci import toolkits
-
     found = {}
     for tid, spec in matrix.toolkits.items():       # ToolkitSpecs, validated by the schema
         result = toolkits.probe(spec)
@@ -109,39 +102,6 @@ def probe(matrix: mx.Matrix) -> Host:
     return Host(python=platform.python_version(), glibc=f"{libc} {libc_version}".strip(),
                 gpu=probe_gpu(), tensorrt=probe_tensorrt(), podman=probe_podman(),
                 toolkits=probe_toolkits(matrix), system_nvcc=probe_system_nvcc())
-
-
-# ------------------------------------------------------------------------------------- decisions
-
-
-def package_dir(name: str) -> Path:
-    return REPO / "packages" / name
-
-
-def _has_tests(folder: Path) -> bool:
-    return any(folder.glob("test_*.py")) or any(folder.glob("*_test.py"))
-
-
-def decide(matrix: mx.Matrix, host: Host, stage: mx.Stage, cell: mx.Cell,
-           repo: Path = REPO) -> str | None:
-    """None when the stage runs here; else the reason it is skipped."""
-    if "gpu" in stage.needs and not host.gpu.ok:
-        return "no GPU"
-    if "tensorrt-runtime" in stage.needs and not host.tensorrt.ok:
-        return "no TensorRT runtime (libnvinfer not installed)"
-    uses_toolkit = stage.kind == "build" and mx.builds_cuda(matrix, stage, cell)
-    tid = cell.values["toolkit"]
-    if uses_toolkit and not host.toolkits.get(tid, Fact(False, "unknown")).ok:
-        return f"toolkit {tid} unavailable here ({host.toolkits[tid].detail})"
-    if stage.package:
-        folder = repo / "packages" / stage.package
-        if stage.kind == "build" and not (folder / "pyproject.toml").is_file():
-            return f"packages/{stage.package} not built yet (no pyproject.toml)"
-        if stage.kind == "pytest" and not _has_tests(folder / "tests"):
-            return f"packages/{stage.package}/tests has no tests yet"
-    if stage.kind == "script" and not (repo / stage.run[0]).is_file():
-        return f"{stage.run[0]} not present yet"
-    return None
 
 
 def render(host: Host) -> str:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ci import matrix as mx
+from ci import model as mx
 
 # OPFORGE_VENVS: another root (docker/run.sh gives the container its own: a venv holds absolute paths)
 VENVS = Path(os.environ.get("OPFORGE_VENVS") or mx.REPO / "build" / "venvs")

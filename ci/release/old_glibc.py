@@ -1,6 +1,6 @@
 """The default variant's wheels on a glibc older than the build machine's (a step of nox -s release).
 
-The wheels claim manylinux_2_28 or older: auditwheel and ci/wheels.py check the symbol versions
+The wheels claim manylinux_2_28 or older: auditwheel and ci/artifacts/wheels.py check the symbol versions
 they reference. This runs them on a real older glibc: the Debian release of the release profile's
 `old_glibc:` (matrix.yaml), debootstrapped once into opforge's cache and entered with chroot in a
 private mount namespace, with its own python3 and the pins listed there, installed offline from
@@ -27,64 +27,10 @@ import time
 import zipfile
 from pathlib import Path
 
-from ci import debian
+from ci.provision import container, debian
 
-CHECK = r'''
-import ctypes, glob, os, sys
-import numpy as np
-
-work = sys.argv[1]  # the work folder, as the chroot sees it
-
-print("glibc", os.confstr("CS_GNU_LIBC_VERSION").split()[-1], "python", sys.version.split()[0])
-import opforge_spec as spec
-
-ops = spec.OPS
-# Per op of the spec, its first case with attributes set (their passing is checked too), if any.
-cases = {name: next((c for c in op.cases("float32") if c.attrs), op.cases("float32")[0])
-         for name, op in ops.items()}
-inputs = {name: [np.asarray(a, np.float32) for a in case.inputs] for name, case in cases.items()}
-attrs = {name: case.attrs for name, case in cases.items()}
-expected = {op: ops[op].reference(*inputs[op], **attrs[op]) for op in ops}
-
-
-def agree(what, got, op):  # the spec's float32 tolerance against its float64 reference
-    ops[op].check_close(got, expected[op], "float32", inputs[op], what)
-
-
-for name in ("libc10.so", "libtorch_cpu.so"):
-    ctypes.CDLL(os.path.join(work, "torch-lib", name), mode=ctypes.RTLD_GLOBAL)
-ours = sorted(glob.glob(os.path.join(work, "opforge_torch", "**", "libopforge_torch*.so*"), recursive=True))
-assert ours, "no opforge_torch library in the unpacked wheel"
-ctypes.CDLL(ours[0], mode=os.RTLD_NOW | os.RTLD_LOCAL)
-print("opforge_torch: loaded with RTLD_NOW next to torch's libraries")
-
-import onnx
-import onnxruntime as ort
-from onnx import TensorProto, helper
-
-import opforge_ort
-
-for op, feeds in inputs.items():
-    names = list(ops[op].inputs)
-    node = helper.make_node(op, names, ["Y"], domain="opforge", **attrs[op])
-    graph = helper.make_graph(
-        [node], op, [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("opforge", 1)])
-    model.ir_version = 8
-    session = ort.InferenceSession(model.SerializeToString(), opforge_ort.session_options(),
-                                   providers=["CPUExecutionProvider"])
-    agree("onnxruntime " + ort.__version__, session.run(None, dict(zip(names, feeds)))[0], op)
-print("opforge_ort:", ", ".join(ops), "in onnxruntime", ort.__version__)
-
-import opforge_loader
-
-registry = opforge_loader.Registry(opforge_loader.plugin_dir())
-for op, feeds in inputs.items():
-    agree("opforge_loader", registry.run(op, feeds, attrs[op]), op)
-print("opforge_loader:", ", ".join(ops), "through the shipped plugin")
-'''
+# The check program, a file of its own: run inside the old release, never imported here.
+CHECK = Path(__file__).with_name("old_glibc_check.py")
 
 # Inside a private mount namespace: proc, and the work folder (torch's libraries bound into its
 # torch-lib) at INSIDE under the root; pip and the check run there, with an empty environment but
@@ -156,8 +102,6 @@ def python_of(root: Path, log: Path) -> tuple[str, str]:
 
 def fetch_wheels(pins: list[str], python: str, glibc: str, dest: Path, log: Path) -> None:
     """The pins' wheels (and their dependencies) for that python and glibc."""
-    from ci import container
-
     command = [sys.executable, "-m", "pip", "download", "--quiet", "-d", str(dest),
                *container.pip_target(python, glibc, platform.machine()), *pins]
     _run(command, log, f"pip download {' '.join(pins)} for python {python}")
@@ -182,7 +126,7 @@ def check(config, variant: str, wheels: list[Path], torch_lib: Path, out: Path, 
         shutil.copy2(ours[dist], work / "wheels")
     with zipfile.ZipFile(ours["opforge_torch"]) as archive:
         archive.extractall(work / "opforge_torch")
-    (work / "check.py").write_text(CHECK)
+    shutil.copyfile(CHECK, work / "check.py")
     wanted = [*config.packages, "opforge-spec", "opforge-ort", "opforge-loader"]
     shown = _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", ENTER, "enter",
                   str(root), str(work), str(torch_lib), INSIDE, *wanted], log,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -29,9 +30,11 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from ci import index, old_glibc, venvs, wheels
-from ci import matrix as mx
-from ci.plan import key_hash, key_text
+from ci import model as mx
+from ci.artifacts import index, wheels
+from ci.model import key_hash, key_text
+from ci.provision import venvs
+from ci.release import old_glibc
 
 REPO = mx.REPO
 OUT = REPO / "build" / "release"
@@ -141,8 +144,6 @@ def spec_wheel(sdists: list[Path], dist: Path, log: Path) -> Path:
 def _clean_env() -> dict[str, str]:
     """Without opforge's build inputs (a stray OPFORGE_* must not change an sdist or a smoke
     test); pip's own settings stay, as a user's would."""
-    import os
-
     return {k: v for k, v in os.environ.items() if not k.startswith("OPFORGE_")}
 
 

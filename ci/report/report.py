@@ -1,6 +1,6 @@
 """build/matrix/report.json (cells x stages) and report.md, the page a person reads at a glance.
 
-A stage's Result is typed: status pass | fail | skip, and the reason of a skip in its own field.
+A stage's Result (ci/engine/result.py) is typed: status pass | fail | skip, and a skip's reason.
 report.json carries both fields as they are (`"status": "skip", "reason": "no GPU"`); report.md
 and the progress lines show a skip as `skipped: <reason>`.
 """
@@ -14,55 +14,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ci import matrix as mx
+from ci import model as mx
+from ci.engine.result import FAIL, PASS, SKIP, Result, label
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
-STATUSES = (PASS, FAIL, SKIP)
 # 2: status is pass | fail | skip with a skip's reason in `reason` (1 wrote "skipped: <reason>").
 REPORT_FORMAT = 2
 # report.json's summary counts (names unchanged since format 1)
 SUMMARY_NAME = {PASS: "pass", FAIL: "fail", SKIP: "skipped"}
 TAIL_LINES = 25
 SHOWN_NUMBERS = 8
-
-
-@dataclasses.dataclass
-class Result:
-    """One stage of one cell: what happened (status; reason when skipped), its numbers and files."""
-    status: str                        # pass | fail | skip
-    duration_s: float = 0.0
-    numbers: dict[str, Any] = dataclasses.field(default_factory=dict)
-    artifacts: list[str] = dataclasses.field(default_factory=list)
-    log: str | None = None
-    detail: str = ""
-    key: str = ""
-    origin: str = "run"                # run | reused | cached | skip
-    first_cell: int | None = None      # the cell whose run this result is
-    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # wheels, out dir
-    reason: str = ""                   # why a skipped stage did not run; empty otherwise
-    cpu_s: float = 0.0                 # CPU seconds of its commands (user + system)
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"Result.status: expected one of {', '.join(STATUSES)}, got "
-                             f"{self.status!r} (a skip's reason goes in Result.reason)")
-        if (self.status == SKIP) != bool(self.reason):
-            raise ValueError(f"Result.reason: expected a reason exactly when skipped, got "
-                             f"status {self.status!r} with reason {self.reason!r}")
-
-    @classmethod
-    def skip(cls, reason: str, **fields: Any) -> Result:
-        return cls(SKIP, reason=reason, origin="skip", **fields)
-
-    @property
-    def label(self) -> str:
-        """What a person reads: pass, fail or `skipped: <reason>`."""
-        return label(self.status, self.reason)
-
-    def to_json(self) -> dict:
-        data = dataclasses.asdict(self)
-        data.pop("outputs")
-        return {"status": data.pop("status"), "reason": data.pop("reason"), **data}
 
 
 class ReportError(RuntimeError):
@@ -134,10 +94,6 @@ def _moved(written: str, report_dir: str, here: Path) -> str:
         return written
     moved = here / written[len(prefix):]
     return str(moved.relative_to(mx.REPO)) if moved.is_relative_to(mx.REPO) else str(moved)
-
-
-def label(status: str, reason: str = "") -> str:
-    return f"skipped: {reason}" if status == SKIP else status
 
 
 def build_json(*, profile, matrix, host, cells, rows, excluded, duration_s, stages=None) -> dict:

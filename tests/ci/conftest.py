@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 FROZEN = Path(__file__).resolve().parent / "golden" / "matrix.yaml"
 sys.path.insert(0, str(REPO))
 
-from ci import matrix as mx
-from ci import probe
+from ci import model as mx
+from ci.provision import probe
 
 HOST = probe.Host(python="3.11.7", glibc="glibc 2.36",
                   gpu=probe.Fact(False, "no GPU: no nvidia-smi"),

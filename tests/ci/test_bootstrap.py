@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ci import bootstrap, schema, venvs
-from ci import matrix as mx
+from ci import bootstrap
+from ci import model as mx
+from ci.model import values
+from ci.provision import venvs
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = (Path(__file__).resolve().parent / "golden" / "matrix.yaml").read_text()
@@ -53,7 +55,7 @@ def test_both_readers_have_the_same_size_limit():
                                      "2.0a1.dev3", "0", "10.0b2"])
 def test_what_bootstrap_accepts_the_real_reader_accepts(version):
     assert bootstrap.VERSION.fullmatch(version)
-    assert str(schema.parse_version(version, "tools.x")) == version
+    assert str(values.parse_version(version, "tools.x")) == version
 
 
 @pytest.mark.parametrize("version", ["01.2", "1.0-rc1", "v1", "1.0+local", "1!2.0", "1.2 ", "1.*",

@@ -5,7 +5,7 @@ import threading
 import time
 from pathlib import Path
 
-from ci.claims import VenvClaims
+from ci.engine.claims import VenvClaims
 
 VENV = Path("venv-a")
 

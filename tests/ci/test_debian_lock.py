@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ci import aptlock, container, debian, venvs, workflows
-from ci import matrix as mx
+from ci import model as mx
+from ci.generate import aptlock, workflows
+from ci.provision import container, debian, venvs
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 LOCK = GOLDEN / "docker" / "apt.lock"
@@ -229,7 +230,7 @@ slow = pytest.mark.skipif(os.environ.get("OPFORGE_SLOW_TESTS") != "1" or os.gete
 
 @slow
 def test_a_debootstrapped_root_matches_the_live_lock_or_names_the_drift(tmp_path):
-    from ci import debian
+    from ci.provision import debian
 
     lock = aptlock.load()
     rootfs = tmp_path / "rootfs"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import matrix as mx
-from ci import schema
+from ci import model as mx
+from ci.model.values import CONDITION
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -71,7 +71,7 @@ def test_conditions():
     values = {"torch": "2.14.1", "ort": "1.17.3", "tensorrt": "10.14", "toolkit": "t"}
 
     def check(text, vals=values):
-        found = schema.CONDITION.match(text)
+        found = CONDITION.match(text)
         op = found["op"] or found["unary"]
         return mx.holds(mx.Condition(found["attr"], op, found["operand"], text), axes, vals)
 

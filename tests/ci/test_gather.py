@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from ci import cache, executors, plan, report, runner, workflows
-from ci import matrix as mx
-from ci.executors import Workspace
-from ci.plan import Selection, cell_slug, key_hash
-from ci.report import Result
+from ci import model as mx
+from ci.engine import cache, executors, plan, runner
+from ci.engine.executors import Workspace
+from ci.engine.plan import Selection
+from ci.engine.result import Result
+from ci.generate import workflows
+from ci.model import cell_slug, key_hash
+from ci.report import report
 
 PROFILE = "ci-gpu"
 
@@ -27,7 +30,7 @@ def stages_run(monkeypatch):
     """Executors that write `made-by.txt` (the cell) into their output folder; a gathering stage
     records the folders it was given. build-torch fails for arch list 8.6;8.9;12.0."""
     calls: list[tuple[str, str, list[str]]] = []
-    monkeypatch.setattr(plan.hostprobe, "decide", lambda *a, **k: None)
+    monkeypatch.setattr(plan, "host_reason", lambda *a, **k: None)
 
     def execute(job, ws):
         if job.stage.gather:

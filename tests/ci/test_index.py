@@ -12,7 +12,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
-from ci import index
+from ci.artifacts import index
 
 
 class Links(HTMLParser):

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ci import bootstrap, toolkits, venvs
-from ci import matrix as mx
+from ci import bootstrap
+from ci import model as mx
+from ci.provision import toolkits, venvs
 
 REPO = Path(__file__).resolve().parents[2]
 LIVE = REPO / "matrix.yaml"

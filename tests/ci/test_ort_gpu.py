@@ -12,9 +12,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from ci import cache, venvs
-from ci import matrix as mx
-from ci.plan import key_text
+from ci import model as mx
+from ci.engine import cache
+from ci.model import key_text
+from ci.provision import venvs
 
 
 def refusal(data: dict) -> str:
@@ -61,7 +62,7 @@ def test_other_profiles_keep_their_venvs_and_digests(matrix, mutated):
 
 
 def _no_outputs():
-    from ci.report import Result
+    from ci.engine.result import Result
 
     return Result("pass")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import debian
-from ci import matrix as mx
+from ci import model as mx
+from ci.provision import debian
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = REPO / "packages"

@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
-from ci import cache, plan, venvs
-from ci import matrix as mx
-from ci.report import Result
+from ci import model as mx
+from ci.engine import cache, plan
+from ci.engine.result import Result
+from ci.provision import venvs
 
 
 def test_only_takes_stages_packages_and_axis_values(matrix):
@@ -74,13 +75,6 @@ def test_skip_slow_skips_with_the_reason(matrix, host):
     rows = plan.plan(matrix, host, selection.cells, stages=selection.stages, skip_slow=True)
     assert {row["bench"].reason for row in rows} == {"slow stage (--skip-slow)"}
     assert {row["build-torch"].action for row in rows} >= {"run"}
-
-
-def test_a_missing_tests_folder_is_a_skip_naming_it(matrix, host, tmp_path, monkeypatch):
-    monkeypatch.setattr(plan.hostprobe, "decide", lambda *a, **k: None)
-    selection = plan.select(matrix, "tests")
-    row = plan.plan(matrix, host, selection.cells, tmp_path, stages=selection.stages)[0]
-    assert row["suite-ci"].reason == "tests/ci not present yet"
 
 
 @pytest.mark.parametrize("where, value, message", [

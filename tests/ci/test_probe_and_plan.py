@@ -1,26 +1,12 @@
-"""Host probe decisions per cell and stage, and the plan (run / reuse / skip) built on them."""
+"""The one skip decision per cell and stage (ci/engine/plan.py: what the host probe lacks, a
+skipped `after` stage), and the plan (run / reuse / skip) built on it."""
 from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
-from ci import matrix as mx
-from ci import probe, runner
-
-
-@pytest.fixture
-def repo(tmp_path):
-    """A tree with every package, tests and script present."""
-    for package in ("torch_ext", "ort_plugin", "loader", "trt_plugin"):
-        (tmp_path / "packages" / package / "tests").mkdir(parents=True)
-        (tmp_path / "packages" / package / "pyproject.toml").write_text("")
-        (tmp_path / "packages" / package / "tests" / "test_x.py").write_text("")
-    for script in ("tests/alignment/export.py", "tests/alignment/compare_versions.py",
-                   "packages/align/src/opforge_align/__main__.py", "bench/run.py"):
-        (tmp_path / script).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / script).write_text("")
-    return tmp_path
+from ci import model as mx
+from ci.engine import plan
+from ci.provision import probe
 
 
 def first_cell(matrix, profile="full", **values):
@@ -28,39 +14,27 @@ def first_cell(matrix, profile="full", **values):
     return next(c for c in cells if all(c.values[k] == v for k, v in values.items()))
 
 
-def test_gpu_stages_skip_without_a_gpu(matrix, repo, host):
+def test_gpu_stages_skip_without_a_gpu(matrix, host):
     cell = first_cell(matrix, "host")
-    assert probe.decide(matrix, host, matrix.stages["gpu-unit"], cell, repo) == "no GPU"
-    assert probe.decide(matrix, host, matrix.stages["trt"], cell, repo) == "no GPU"
+    assert plan.host_reason(matrix, host, matrix.stages["gpu-unit"], cell) == "no GPU"
+    assert plan.host_reason(matrix, host, matrix.stages["trt"], cell) == "no GPU"
     with_gpu = dataclasses.replace(host, gpu=probe.Fact(True, "GPU 0: H100"))
-    assert probe.decide(matrix, with_gpu, matrix.stages["gpu-unit"], cell, repo) is None
-    assert "TensorRT" in probe.decide(matrix, with_gpu, matrix.stages["trt"], cell, repo)
+    assert plan.host_reason(matrix, with_gpu, matrix.stages["gpu-unit"], cell) is None
+    assert "TensorRT" in plan.host_reason(matrix, with_gpu, matrix.stages["trt"], cell)
 
 
-def test_unavailable_toolkit_skips_cuda_builds_only(matrix, repo, host):
+def test_unavailable_toolkit_skips_cuda_builds_only(matrix, host):
     cuda = first_cell(matrix, torch="2.10.0", toolkit="cuda-12.4-trixie")
-    reason = probe.decide(matrix, host, matrix.stages["build-torch"], cuda, repo)
+    reason = plan.host_reason(matrix, host, matrix.stages["build-torch"], cuda)
     assert reason == "toolkit cuda-12.4-trixie unavailable here (unavailable: needs apt-get)"
     cpu = first_cell(matrix, torch="2.13.0", toolkit="cuda-12.4-trixie")
-    assert probe.decide(matrix, host, matrix.stages["build-torch"], cpu, repo) is None
-    assert probe.decide(matrix, host, matrix.stages["build-loader"], cuda, repo) is None
+    assert plan.host_reason(matrix, host, matrix.stages["build-torch"], cpu) is None
+    assert plan.host_reason(matrix, host, matrix.stages["build-loader"], cuda) is None
 
 
-def test_missing_package_or_script_is_a_skip_with_the_path(matrix, repo, host):
-    cell = first_cell(matrix, "host")
-    (repo / "packages" / "trt_plugin" / "pyproject.toml").unlink()
-    (repo / "bench" / "run.py").unlink()
-    (repo / "packages" / "loader" / "tests" / "test_x.py").unlink()
-    assert probe.decide(matrix, host, matrix.stages["build-trt"], cell, repo) == \
-        "packages/trt_plugin not built yet (no pyproject.toml)"
-    assert probe.decide(matrix, host, matrix.stages["bench"], cell, repo) == "bench/run.py not present yet"
-    assert probe.decide(matrix, host, matrix.stages["unit-loader"], cell, repo) == \
-        "packages/loader/tests has no tests yet"
-
-
-def test_plan_runs_each_key_once_and_reuses_it(matrix, repo, host):
+def test_plan_runs_each_key_once_and_reuses_it(matrix, host):
     cells, _ = mx.expand(matrix, "host")
-    planned = runner.plan(matrix, host, cells, repo)
+    planned = plan.plan(matrix, host, cells)
     runs = {name: sum(row[name].action == "run" for row in planned) for name in matrix.stages}
     assert runs["build-torch"] == 1 + 4          # CPU torch once; CUDA torch per toolkit x arch list
     assert runs["build-ort"] == 4
@@ -72,9 +46,9 @@ def test_plan_runs_each_key_once_and_reuses_it(matrix, repo, host):
     assert second.action == "reuse" and second.reason == "cell 1"
 
 
-def test_plan_skips_dependents_of_a_skipped_stage(matrix, repo, host):
-    (repo / "packages" / "torch_ext" / "pyproject.toml").unlink()
-    cells, _ = mx.expand(matrix, "host")
-    row = runner.plan(matrix, host, cells[:1], repo)[0]
+def test_plan_skips_dependents_of_a_skipped_stage(matrix, host):
+    cuda = first_cell(matrix, torch="2.10.0", toolkit="cuda-12.4-trixie")
+    row = plan.plan(matrix, host, [cuda])[0]
+    assert row["build-torch"].action == "skip"
     assert row["unit-torch"].action == "skip"
-    assert row["unit-torch"].reason.startswith("needs build-torch (packages/torch_ext not built yet")
+    assert row["unit-torch"].reason.startswith("needs build-torch (toolkit cuda-12.4-trixie")

@@ -14,9 +14,9 @@ from urllib.parse import quote
 
 import pytest
 
-from ci import index, wheels
-from ci import matrix as mx
-from ci.plan import plan
+from ci import model as mx
+from ci.artifacts import index, wheels
+from ci.engine.plan import plan
 
 REPO = Path(__file__).resolve().parents[2]
 VARIANTS = {
@@ -233,7 +233,7 @@ def test_a_library_using_python_is_caught(tmp_path):
 
 
 def test_the_smoke_test_runs_the_readme_quick_start():
-    from ci import release
+    from ci.release import release
 
     code = release.quick_start()
     compile(code, "README.md quick start", "exec")
@@ -247,7 +247,7 @@ def test_the_smoke_test_runs_the_readme_quick_start():
     ("opforge_torch", False),
 ])
 def test_share_torch_links_torch_and_its_cuda_wheels_only(name, shared):
-    from ci import release
+    from ci.release import release
 
     assert bool(release.TORCH_FILES.match(name)) is shared
 
@@ -268,7 +268,7 @@ def test_cuda_plugins_declare_the_runtime_of_every_toolkit_major(package):
 
 
 def test_a_skipped_release_check_says_why_in_release_md(tmp_path):
-    from ci import release
+    from ci.release import release
 
     laid = {"files": []}
     release.write_report(tmp_path, laid, [
@@ -282,7 +282,7 @@ def test_a_skipped_release_check_says_why_in_release_md(tmp_path):
 
 
 def test_the_old_glibc_check_is_skipped_without_root(monkeypatch):
-    from ci import old_glibc
+    from ci.release import old_glibc
 
     monkeypatch.setattr(old_glibc.os, "geteuid", lambda: 1000)
     assert old_glibc.unavailable() == "needs root (debootstrap, chroot)"
@@ -306,8 +306,8 @@ def test_a_stage_venv_gets_what_the_built_wheels_declare(tmp_path):
     """The matrix installs its wheels --no-deps; what they declare beyond the venv's pins (a CUDA
     build's runtime wheel) comes after, as a user's pip would bring it: the toolkit's own pin when
     it fits, never a second copy of a pinned or built package, never an extra."""
-    from ci import executors
-    from ci.report import Result
+    from ci.engine import executors, stage_env
+    from ci.engine.result import Result
 
     matrix = mx.load()
     cell = next(c for c in mx.expand(matrix, "release")[0] if c.variant == "cu128")
@@ -318,5 +318,5 @@ def test_a_stage_venv_gets_what_the_built_wheels_declare(tmp_path):
               "build-loader": Result("pass", outputs={"wheels": [loader]})}
     job = executors.Job(matrix, cell, matrix.stages["unit-loader"], "key", "digest", inputs,
                         tmp_path / "log", tmp_path)
-    assert executors.declared_dependencies(job, tmp_path / "venv") == {
+    assert stage_env.declared_dependencies(job, tmp_path / "venv") == {
         "nvidia-cuda-runtime-cu12": ("nvidia-cuda-runtime-cu12==12.4.127",) * 2}

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from ci import matrix as mx
-from ci import report
-from ci.report import Result
+from ci import model as mx
+from ci.engine.result import Result
+from ci.report import report
 
 
 def make(matrix, tmp_path, host):

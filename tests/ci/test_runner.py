@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ci import cache, executors, plan, runner
-from ci import matrix as mx
-from ci.executors import Workspace
-from ci.plan import Selection, key_hash
-from ci.report import Result
+from ci import model as mx
+from ci.engine import cache, executors, plan, runner
+from ci.engine.executors import Workspace
+from ci.engine.plan import Selection
+from ci.engine.result import Result
+from ci.model import key_hash
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def fake(monkeypatch, tmp_path, matrix, host):
     calls = []
     seen = {}
     active, lock = [], threading.Lock()
-    monkeypatch.setattr(plan.hostprobe, "decide", lambda *a, **k: None)
+    monkeypatch.setattr(plan, "host_reason", lambda *a, **k: None)
 
     def execute(job, ws):
         calls.append((job.stage.name, job.key))

@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from ci import matrix as mx
-from ci import schema
+from ci import model as mx
+from ci.model import validate
 
 
 def refusal(data) -> str:
@@ -20,7 +20,7 @@ def refusal(data) -> str:
 
 
 def test_the_frozen_matrix_is_a_matrix_file(raw):
-    spec = schema.validate(raw)
+    spec = validate.validate(raw)
     assert list(spec.stages)[:2] == ["build-torch", "build-ort"]     # file order is run order
     assert spec.axes()["opset"]["17"] == {"min_ort": "1.12"}          # opsets: numbers as keys
     assert spec.axes()["torch"]["2.13.0"] == {"cuda": None, "packages": ["torch==2.13.0"]}
@@ -196,7 +196,7 @@ def test_an_order_comparison_of_a_value_that_is_no_version_is_refused(mutated):
                                   {"tools": {"nox": ["2026.10.20"]}}, {"profiles": {"p": None}}])
 def test_junk_is_one_matrix_error(data):
     with pytest.raises(mx.MatrixError):
-        schema.validate(data)
+        validate.validate(data)
 
 
 @pytest.mark.parametrize("section", ["stages", "profiles"])
@@ -215,7 +215,7 @@ def test_any_value_anywhere_is_valid_or_one_matrix_error(raw):
         data = copy.deepcopy(raw)
         set_at(data, path, odd[number % len(odd)])
         try:
-            schema.validate(data)
+            validate.validate(data)
         except mx.MatrixError as exc:
             assert "\n" not in str(exc)
     assert len(paths) > 500

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ci import matrix as mx
+from ci import model as mx
 
 SUITE = {"kind": "pytest", "venv": "torch", "cache": "run", "depends": ["torch"],
          "after": ["build-torch"], "tools": ["pyyaml"]}

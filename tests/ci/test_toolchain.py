@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import cache, executors
-from ci import matrix as mx
+from ci import model as mx
+from ci.engine import cache, executors
 
 
 def loader_build(matrix: mx.Matrix, profile: str, tmp_path: Path) -> executors.Job:

@@ -12,8 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 FROZEN = Path(__file__).resolve().parent / "golden" / "matrix.yaml"
 sys.path.insert(0, str(REPO))
 
-from ci import matrix as mx
-from ci import toolkits
+from ci import model as mx
+from ci.provision import toolkits
 
 SYSTEM = {"cuda": "13.0", "source": "system", "cuobjdump": "nvidia-cuda-cuobjdump==13.5.37"}
 PYPI = {"cuda": "13.0", "source": "pypi",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ci import matrix as mx
-from ci import schema
+from ci import model as mx
+from ci.model import errors
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = (Path(__file__).resolve().parent / "golden" / "matrix.yaml").read_text()  # frozen
@@ -272,7 +272,7 @@ def test_a_message_quoting_input_stays_one_short_line(mutated):
     mutated["ort"]["1.17.3\n" + "x" * 100_000] = mutated["ort"].pop("1.17.3")
     message = refusal(mutated)
     assert message.startswith("matrix.yaml: ort.1.17.3\\nxxx")
-    assert len(message) < 5 * schema.MAX_SHOWN
+    assert len(message) < 5 * errors.MAX_SHOWN
 
 
 @pytest.mark.parametrize("data", [
@@ -292,7 +292,7 @@ def test_the_check_command_prints_one_line_and_exits_2(tmp_path, data):
 
 
 def test_the_matrix_session_refuses_undecodable_bytes_with_exit_2(tmp_path, monkeypatch):
-    from ci import runner
+    from ci.engine import runner
 
     broken = tmp_path / "matrix.yaml"
     broken.write_bytes(REAL.encode() + b"\xff")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import matrix as mx
+from ci import model as mx
 
 REPO = Path(__file__).resolve().parents[2]
 FROZEN = Path(__file__).resolve().parent / "golden" / "matrix.yaml"
@@ -141,7 +141,7 @@ def test_check_command_fails_with_one_line(tmp_path):
 
 
 def test_matrix_session_refuses_a_corrupted_file_before_running(tmp_path, monkeypatch):
-    from ci import runner
+    from ci.engine import runner
 
     broken = tmp_path / "matrix.yaml"
     broken.write_text("profiles: [\n")

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ci import wheels
+from ci.artifacts import wheels
 
 RUNTIMES = ["libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libc10.so", "libc10_cuda.so",
             "libcudart.so.12", "libcudart.so.13", "libonnxruntime.so.1", "libonnxruntime.so.1.17.3",

@@ -15,8 +15,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from ci import matrix as mx
-from ci import workflows
+from ci import model as mx
+from ci.generate import dockerfile, workflows
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 FROZEN = GOLDEN / "matrix.yaml"
@@ -70,7 +70,7 @@ def test_jobs_are_the_cells_of_the_profile(golden_matrix):
 
 def test_each_job_selects_exactly_its_cell(golden_matrix):
     """The job's --cell id, read the way nox -s matrix reads it, picks its one cell."""
-    from ci import plan
+    from ci.engine import plan
 
     matrix = golden_matrix
     document = yaml.safe_load(workflows.workflow(matrix, GOLDEN_TAG))
@@ -220,12 +220,12 @@ def test_the_image_tag_is_the_one_docker_build_gives():
 
 
 def test_a_changed_image_input_changes_the_tag(tmp_path):
-    for rel in workflows.IMAGE_INPUTS:
+    for rel in dockerfile.IMAGE_INPUTS:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(f"# {rel}\n")
     before = workflows.image_tag("FROM x\n", tmp_path)
     assert before != workflows.image_tag("FROM y\n", tmp_path)
-    (tmp_path / workflows.IMAGE_INPUTS[-1]).write_text("changed\n")
+    (tmp_path / dockerfile.IMAGE_INPUTS[-1]).write_text("changed\n")
     assert before != workflows.image_tag("FROM x\n", tmp_path)
     assert len(before) == 12 and int(before, 16) >= 0
 

@@ -1,0 +1,3 @@
+"""The stage engine: the plan (the one decision whether a stage runs, reuses a result or
+is skipped, and why), the executors of each stage kind, the result cache and the runner behind
+`nox -s matrix/tests/wheels/release/bench`. A stage's outcome is a Result (ci/engine/result.py)."""
