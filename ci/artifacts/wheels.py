@@ -18,7 +18,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from ci.artifacts import index
 
@@ -117,8 +117,6 @@ def python_link_problems(path: Path, dynamic: str, log: Path) -> list[str]:
 
 def tag_problems(wheel_name: str) -> list[str]:
     """Every opforge wheel is py3-none-<platform>: none of the libraries uses Python's C API."""
-    from packaging.utils import parse_wheel_filename
-
     tags = parse_wheel_filename(wheel_name)[3]
     wrong = sorted(f"{t.interpreter}-{t.abi}" for t in tags if (t.interpreter, t.abi) != ("py3", "none"))
     return [f"{wheel_name}: tag {wrong[0]}, expected py3-none (one wheel for every CPython)"] if wrong else []

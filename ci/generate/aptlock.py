@@ -177,7 +177,7 @@ class Index:
     """The packages of some suites, the highest version of each (as apt's candidate)."""
 
     def __init__(self, candidates: Iterable[Candidate]):
-        from debian.debian_support import Version
+        from debian.debian_support import Version  # noqa: PLC0415  (python-debian: see above)
 
         self.best: dict[str, Candidate] = {}
         for candidate in candidates:
@@ -198,7 +198,7 @@ class Index:
 
 def candidates(paragraphs: Iterable[Mapping[str, str]], suite: str, arch: str) -> list[Candidate]:
     """The Candidates of one Packages index (python-debian paragraphs) for `arch` (and `all`)."""
-    from debian.deb822 import PkgRelation
+    from debian.deb822 import PkgRelation  # noqa: PLC0415  (python-debian: see above)
 
     found = []
     for paragraph in paragraphs:
@@ -297,7 +297,7 @@ def fetch_indexes(release: str, state: Path) -> tuple[dict[str, list[Candidate]]
                                                       tuple[tuple[str, str, str], ...]]:
     """apt-get update (signatures checked against Debian's keyring) into `state`, then each
     suite's Candidates and its InRelease (suite, Version, Date)."""
-    from debian import deb822
+    from debian import deb822  # noqa: PLC0415  (python-debian: see above)
 
     options = _apt_options(release, state)
     subprocess.run(["apt-get", *options, "update"], check=True, stdout=subprocess.DEVNULL)
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _lock_command(output: Path) -> int:
     # Only `lock` reads matrix.yaml (pydantic); `check` runs with the standard library alone.
-    from ci import model as mx
+    from ci import model as mx  # noqa: PLC0415
 
     container = mx.load().data["container"]
     lock = lock_from_mirror(container)

@@ -15,7 +15,7 @@ from ci.provision import debian
 def carried_requirements(tools: dict, ort_plugin_pyproject: str) -> list:
     """What --prepare downloads: Liger-Kernel at matrix.yaml's pin, and the scikit-build-core
     the ORT plugin's pyproject.toml builds with (its own pin: the machine may have another)."""
-    import tomllib
+    import tomllib  # noqa: PLC0415  (Python 3.11+; only --prepare reads a pyproject.toml)
 
     requires = tomllib.loads(ort_plugin_pyproject)["build-system"]["requires"]
     backend = next(r for r in requires if r.startswith("scikit-build-core"))
@@ -28,9 +28,9 @@ def _matrix():
     # Where this python lacks what ci.model reads matrix.yaml with, the import fails and the
     # check runs again in the bootstrap venv.
     try:
-        from ci import model as mx
+        from ci import model as mx  # noqa: PLC0415
     except ImportError:
-        from ci import bootstrap
+        from ci import bootstrap  # noqa: PLC0415  (only where the import above failed)
 
         python = bootstrap.ensure_venv(bootstrap.read_requirements(
             bootstrap.read_bytes(REPO / "matrix.yaml")))

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.ort_include:
         # Only this reads matrix.yaml (pydantic): fetch runs where the standard library is all.
-        from ci import model
+        from ci import model  # noqa: PLC0415
 
         print(ort_include_dir(model.load()))
     elif args.package and args.version:

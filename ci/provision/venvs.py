@@ -16,6 +16,9 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from ci import model as mx
 
 # OPFORGE_VENVS: another root (docker/run.sh gives the container its own: a venv holds absolute paths)
@@ -87,9 +90,6 @@ def pytest_tools(matrix: mx.Matrix, stage: mx.Stage) -> list[str]:
 def toolkit_pin_or(matrix: mx.Matrix, cell: mx.Cell, requirement: str) -> str:
     """The cell's toolkit pin of the requirement's distribution (the runtime the toolkit was
     verified with) when it satisfies the requirement, else the requirement itself."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
     wanted = Requirement(requirement)
     toolkit = matrix.toolkits.get(cell.values["toolkit"])
     for candidate in (toolkit.packages if toolkit else ()):
