@@ -19,9 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".nox" / "_bootstrap"
 NOXFILE = REPO / "noxfile.py"
-MAX_BYTES = 256 * 1024     # the limit ci/matrix.py applies to the same file
+MAX_BYTES = 256 * 1024     # the limit ci/model/yaml_input.py applies to the same file
 
-# A strict subset of what ci/matrix.py accepts (canonical PEP 440, checked with `packaging`,
+# A strict subset of what ci/model/ accepts (canonical PEP 440, checked with `packaging`,
 # which is not installed yet here): a project name and a plain release, pre, post or dev version.
 NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 VERSION = re.compile(r"(?:0|[1-9]\d*)(?:\.(?:0|[1-9]\d*))*(?:(?:a|b|rc)(?:0|[1-9]\d*))?"

@@ -45,7 +45,7 @@ LISTING = "wheels.json"   # in the wheel stage's work folder: the repaired wheel
 
 
 def write_listing(work: Path, repaired: list[str]) -> None:
-    """What the release step publishes (ci/release.py): these files, byte for byte."""
+    """What the release step publishes (ci/release/release.py): these files, byte for byte."""
     work.mkdir(parents=True, exist_ok=True)
     (work / LISTING).write_text(json.dumps(repaired, indent=1) + "\n")
 

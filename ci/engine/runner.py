@@ -1,7 +1,7 @@
 """Run a selection of a profile: plan (run / reuse / skip per stage), execute, report.
 
 Every nox session is a selection of this one engine (`nox -s matrix`, `tests`, `wheels`, `bench`).
-A stage runs once per key (ci.matrix.stage_key); other cells with the same key reuse the result.
+A stage runs once per key (ci.model.stage_key); other cells with the same key reuse the result.
 Stages with `cache: inputs` also keep a pass across runs, keyed by a hash of their sources, knobs
 and pins. A failing stage never stops the other cells; stages that need its result are skipped
 with the reason.

@@ -23,8 +23,8 @@ def carried_requirements(tools: dict, ort_plugin_pyproject: str) -> list:
 
 
 def _matrix():
-    """matrix.yaml through ci.matrix; in the bootstrap venv (re-executed there) when this
-    python lacks what ci.matrix reads it with."""
+    """matrix.yaml through ci.model; in the bootstrap venv (re-executed there) when this
+    python lacks what ci.model reads it with."""
     # Where this python lacks what ci.model reads matrix.yaml with, the import fails and the
     # check runs again in the bootstrap venv.
     try:

@@ -87,7 +87,7 @@ def python_facts(python: str) -> dict:
 
 
 def cuda_home() -> str:
-    """OPFORGE_CUDA_HOME, else CUDA_HOME or the standard root (ci.toolkits), else nvcc on PATH."""
+    """OPFORGE_CUDA_HOME, else CUDA_HOME or the standard root (ci.provision.toolkits), else nvcc on PATH."""
     roots = [os.environ.get("OPFORGE_CUDA_HOME"), str(toolkits.system_root())]
     on_path = shutil.which("nvcc")
     roots.append(str(Path(on_path).resolve().parent.parent) if on_path else None)

@@ -70,7 +70,7 @@ Sources = _section("Sources", ort_headers=(DebianPackage, ...),
                    # restated floors/pins of packages (tests/ci check them against the package)
                    ort_min_api=(Optional[StrictInt], None),
                    trt_headers=(Optional[_section("PypiPackage", pypi=Text, version=Text)], None))
-# The properties of an axis value (a toolkit's: ci/toolkits.py parse_spec).
+# The properties of an axis value (a toolkit's: ci/model/toolkit_spec.py parse_spec).
 TorchRelease = _section("TorchRelease", cuda=(Optional[VersionText], None),
                         packages=(Optional[Pins], None))
 # gpu_packages: what the ORT venvs of a `gpu: true` profile install instead (onnxruntime-gpu).
@@ -205,7 +205,7 @@ def _variant_names(variants: dict | None) -> dict | None:
 
 
 class OldGlibc(Section):
-    """Where `nox -s release` runs the default variant on an older glibc (ci/old_glibc.py)."""
+    """Where `nox -s release` runs the default variant on an older glibc (ci/release/old_glibc.py)."""
 
     debian: StrictStr = Field(description="a Debian release the mirror serves (debootstrapped)")
     packages: tuple[StrictStr, ...] = Field(min_length=1, description="pins for its python3")

@@ -23,7 +23,7 @@ class ToolkitError(RuntimeError):
 
 class SpecError(ToolkitError):
     """A `toolkits:` entry that is misdescribed: where (`toolkits.<id>.<key>`) and the problem as
-    fields, so ci.matrix reports it in its own `matrix.yaml: <where>: <problem>` shape."""
+    fields, so ci.model reports it in its own `matrix.yaml: <where>: <problem>` shape."""
 
     def __init__(self, where: str, problem: str):
         self.where, self.problem = where, problem

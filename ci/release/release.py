@@ -2,7 +2,7 @@
 
     build/release/dist/                      every variant's wheels (the wheel stage's repaired
                                              files, byte for byte) and the sdist of every package
-    build/release/index/<variant>/simple/    one PEP 503 index per variant (ci/index.py): its
+    build/release/index/<variant>/simple/    one PEP 503 index per variant (ci/artifacts/index.py): its
                                              wheels, the variant-free ones, and for the default
                                              variant the sdists too
     build/release/release.json, release.md   file, variant, size, sha256; smoke-test results
@@ -13,7 +13,7 @@ index), declared dependencies only, then the README quick start. A CUDA variant 
 also loads every library and asks the arch guard (skipped with the reason when no GPU). Last, the
 default (CPU) opforge-torch wheel, built against one torch, goes into the CUDA variant's venv with
 another torch and runs the quick start again. Then the default variant runs on an older glibc
-(ci/old_glibc.py; `skipped: <why>` where this machine cannot chroot).
+(ci/release/old_glibc.py; `skipped: <why>` where this machine cannot chroot).
 """
 from __future__ import annotations
 
@@ -292,7 +292,7 @@ def smoke_cross_torch(out: Path, default: str, cuda_variant: str, wheels: dict[s
 
 
 def on_old_glibc(matrix: mx.Matrix, cell: mx.Cell, wheels: list[Path], out: Path, log: Path) -> dict:
-    """The default variant on the profile's older Debian (ci/old_glibc.py); its torch libraries
+    """The default variant on the profile's older Debian (ci/release/old_glibc.py); its torch libraries
     come from the cell's torch venv."""
     torch_lib = venvs.site_packages(torch_venv_of(matrix, cell)) / "torch" / "lib"
     try:

@@ -40,7 +40,7 @@ def test_the_tiny_reader_agrees_with_the_real_reader(matrix):
 
 
 def test_bootstrap_installs_what_the_real_reader_needs(matrix):
-    """ci.matrix reads matrix.yaml with PyYAML, packaging and pydantic (ci/schema.py): the
+    """ci.matrix reads matrix.yaml with PyYAML, packaging and pydantic (ci/model/schema.py): the
     bootstrap venv where nox imports it gets their pins from tools:."""
     requirements = bootstrap.read_requirements(REAL.encode())
     for name in ("pyyaml", "packaging", "pydantic"):

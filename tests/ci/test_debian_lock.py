@@ -1,4 +1,4 @@
-"""ci/aptlock.py: the image's apt lock — resolving it from a real excerpt of Debian bookworm's
+"""ci/generate/aptlock.py: the image's apt lock — resolving it from a real excerpt of Debian bookworm's
 Packages index, reading and writing it, checking an installed set against it, and its staleness
 against matrix.yaml. The slow test debootstraps a real minbase root and checks it."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The PEP 503 index pages (ci/index.py): every link resolves to its own file, whatever the name;
+"""The PEP 503 index pages (ci/artifacts/index.py): every link resolves to its own file, whatever the name;
 a file whose name is no wheel or sdist name is refused in one line naming it."""
 from __future__ import annotations
 

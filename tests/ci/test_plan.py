@@ -1,6 +1,6 @@
-"""The pure plan (ci/plan.py): selections by profile, --only (axes, stage, package), --cell and
+"""The pure plan (ci/engine/plan.py): selections by profile, --only (axes, stage, package), --cell and
 --skip-slow; the issue-9 fields (profile stages and cpu_builds, cuda required, slow, tests,
-tools); the cache digest's stability (ci/cache.py); venvs that skip unchanged installs."""
+tools); the cache digest's stability (ci/engine/cache.py); venvs that skip unchanged installs."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,5 @@
-"""ci/schema.py, the declared schema of matrix.yaml: what each section accepts, the fields issue 9
-added (stage slow/tests/tools/serial, cuda: required, profile stages/cpu_builds), and the one line a
+"""ci/model/schema.py, the declared schema of matrix.yaml: what each section accepts (stage
+slow/tests/tools/serial, cuda: required, profile stages/cpu_builds among it), and the one line a
 pydantic ValidationError becomes (`matrix.yaml: <where>: <problem>`, the input and the expected)."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_the_frozen_matrix_is_a_matrix_file(raw):
     assert list(spec.stages)[:2] == ["build-torch", "build-ort"]     # file order is run order
     assert spec.axes()["opset"]["17"] == {"min_ort": "1.12"}          # opsets: numbers as keys
     assert spec.axes()["torch"]["2.13.0"] == {"cuda": None, "packages": ["torch==2.13.0"]}
-    assert spec.toolkits["cuda-13.0-pypi"].source == "pypi"          # ci/toolkits.py's spec
+    assert spec.toolkits["cuda-13.0-pypi"].source == "pypi"          # ci/model/toolkit_spec.py's spec
 
 
 def test_the_matrix_carries_the_stage_and_profile_fields(matrix):

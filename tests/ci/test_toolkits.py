@@ -1,4 +1,4 @@
-"""ci/toolkits.py: the toolkit data, its structured errors, the probe (the real compile check of
+"""ci/provision/toolkits.py: the toolkit data, its structured errors, the probe (the real compile check of
 the live matrix's toolkits: test_live_matrix.py)."""
 from __future__ import annotations
 

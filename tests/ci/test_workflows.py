@@ -1,4 +1,4 @@
-"""ci/workflows.py: CI files generated from the frozen golden/matrix.yaml against their golden
+"""ci/generate/workflows.py: CI files generated from the frozen golden/matrix.yaml against their golden
 copies, drift detection, and the linters on the golden files (the live matrix.yaml and the committed
 files: test_live_matrix.py)."""
 from __future__ import annotations
