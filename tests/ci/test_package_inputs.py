@@ -1,4 +1,4 @@
-"""Packages take plain inputs (issue 9): they never read matrix.yaml or import `ci`, a package's
+"""Packages take plain inputs: they never read matrix.yaml or import `ci`, a package's
 own floor lives in the package and matrix.yaml is checked against it, a missing input stops the
 build with a message naming it, and each package builds from its sdist outside the repository
 with only the inputs its README documents."""

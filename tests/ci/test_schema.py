@@ -97,7 +97,7 @@ def set_at(data: dict, path: tuple, value) -> None:
     data[path[-1]] = value
 
 
-# ------------------------------------------------------------------- the fields of issue 9
+# ------------------------------------------------- stage slow, tests, tools, serial; profile stages
 
 
 def pytest_stage(**fields) -> dict:

@@ -1,4 +1,4 @@
-"""matrix.yaml is outside input (issue 8, items 11-13): its size, nesting and expansion are bounded,
+"""matrix.yaml is outside input: its size, nesting and expansion are bounded,
 every version is a version and every package a pin, and each problem is ONE line, exit code 2."""
 from __future__ import annotations
 
