@@ -1,8 +1,9 @@
 # Build inputs of opforge_trt, each a CMake variable (-DNAME=...) or else the environment variable
 # of the same name (opforge_input, of opforge-spec's CMake package opforge_kernels):
 #   OPFORGE_TRT_INCLUDE_DIR      a folder holding NvInferRuntime.h (TensorRT >= 10). Unset: the
-#                                TensorRT headers of the PyPI wheel cmake/trt_headers.py pins,
-#                                downloaded (no dependencies) into $OPFORGE_CACHE
+#                                TensorRT headers of the PyPI wheel cmake/trt_headers.py pins: those
+#                                of the build's Python where that release is installed (through its
+#                                package location), else downloaded (no dependencies) into $OPFORGE_CACHE
 #   OPFORGE_KERNELS_INCLUDE_DIR  the shared kernels' override (CMakeLists.txt, already located)
 opforge_input(OPFORGE_TRT_INCLUDE_DIR "")
 if(OPFORGE_TRT_INCLUDE_DIR)

@@ -1,10 +1,13 @@
 """Print the folder holding TensorRT's public headers (NvInferRuntime.h), fetching them if needed.
 
 The headers come from the PyPI wheel pinned here (PIN: kernel-lens, Apache-2.0 TensorRT 10.14.1
-headers under kernel_lens/include/tensorrt/). The wheel is downloaded with `pip download --no-deps`
-and only its header folder is unpacked into opforge's cache ($OPFORGE_CACHE, default
-~/.cache/opforge): installing it would pull torch and triton, which a header fetch has no use for.
-Nothing is copied into the repo. Prints `<folder>;<pin>`.
+headers under kernel_lens/include/tensorrt/). Where the pinned release is installed for this
+Python (found through its package location, never imported: its __init__ imports torch), its
+headers are used as they are. Else the wheel is downloaded with `pip download --no-deps` and only
+its header folder is unpacked into opforge's cache ($OPFORGE_CACHE, default ~/.cache/opforge): it is
+not a build requirement because installing it pulls its dependencies, torch (with PyPI's CUDA
+wheels) and triton, into every build environment. Nothing is copied into the repo. Prints
+`<folder>;<pin>`.
 """
 from __future__ import annotations
 
@@ -33,7 +36,27 @@ def pinned(*_ignored: object) -> tuple[str, str]:
     return PIN
 
 
+def installed(name: str = PIN[0], version: str = PIN[1]) -> Path | None:
+    """The header folder of the pinned release installed for this Python, if it is."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        if importlib.metadata.version(name) != version.removeprefix("=="):
+            return None
+        spec = importlib.util.find_spec(MEMBER_PREFIX.split("/", maxsplit=1)[0])
+    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))).parent / MEMBER_PREFIX
+    return folder if (folder / "NvInferRuntime.h").is_file() else None
+
+
 def fetch(name: str = PIN[0], version: str = PIN[1]) -> Path:
+    found = installed(name, version)
+    if found is not None:
+        return found
     target = cache_root() / "pypi" / f"{name}{version.replace('==', '-')}" / "tensorrt"
     if (target / "NvInferRuntime.h").is_file():
         return target
