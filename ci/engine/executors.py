@@ -52,8 +52,9 @@ def build(job: Job, ws: Workspace) -> Result:
     if stage.venv == "torch":
         python = venvs.python(ws.venv(job.matrix, job.cell, "torch", job.log))
         command = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
-    else:
-        command = [sys.executable, "-m", "pip", "wheel", "--no-deps"]
+    else:   # an isolated build: its build requirement opforge-spec comes from this tree
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps",
+                   "--find-links", ws.spec_wheels(job.log)]
     command += ["--disable-pip-version-check", "-v", "-w", str(wheel_dir),
                 str(snapshot / "packages" / stage.package)]
     if ws.sh(command, job.log, env=env) != 0:

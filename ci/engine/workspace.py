@@ -4,6 +4,7 @@ toolkits, ONNX Runtime headers)."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,6 +43,7 @@ class Workspace:
         self._toolkits: dict[str, dict[str, str]] = {}
         self._ort_include: str | None = None
         self._kernels_token: str | None = None
+        self._spec_wheels: str | None = None
         self.wheel_checks: dict[str, dict] = {}   # a wheel checked by one cell is not re-checked
         self.claims = VenvClaims()                # stages side by side (--jobs) share venvs safely
         self._provisioning = threading.RLock()    # toolkits and headers: once, whoever asks first
@@ -92,6 +94,21 @@ class Workspace:
             venvs.install_on_top(venv, spec, lambda argv: self.sh(argv, log),
                                  pip_args=("--no-deps", "--force-reinstall"))
         return venv
+
+    def spec_wheels(self, log: Path) -> str:
+        """A folder holding this tree's opforge-spec wheel (kernels/), the build requirement of the
+        packages' isolated builds (`pip wheel --find-links`); built once per run."""
+        with self._provisioning:
+            if self._spec_wheels is None:
+                folder = self.out / "spec-wheel" / tree_hash([REPO / "kernels"])
+                if not any(folder.glob("opforge_spec-*.whl")):
+                    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                               "--disable-pip-version-check", "-w", str(folder), str(REPO / "kernels")]
+                    if self.sh(command, log) != 0:
+                        raise RuntimeError("pip wheel kernels/ (opforge-spec, the packages' build "
+                                           "requirement) failed; see the log")
+                self._spec_wheels = str(folder)
+            return self._spec_wheels
 
     def toolkit(self, matrix: mx.Matrix, tid: str) -> dict[str, str]:
         with self._provisioning:

@@ -22,9 +22,11 @@ ORT_HEADERS = f"{bootstrap.VENV.relative_to(REPO)}/bin/python -m ci.debian --ort
 ORT_HEADERS_VALUE = f"$({ORT_HEADERS})"
 # project -> the inputs its build stops without, in a checkout (packages/*/README.md, "required")
 NEEDS = {"opforge-ort": {"OPFORGE_ORT_INCLUDE_DIR"}, "opforge-trt": {"OPFORGE_CUDA_HOME"}}
-# ... and from its sdist, outside the checkout: the shared kernels too
+# ... and from its sdist, outside the checkout: the shared kernels too, from its build requirement
+# opforge-spec (not on PyPI: a --find-links folder holds its wheel) or OPFORGE_KERNELS_INCLUDE_DIR
 NEEDS_FROM_SDIST = {"opforge-ort", "opforge-trt", "opforge-loader", "opforge-torch"}
 KERNELS = "OPFORGE_KERNELS_INCLUDE_DIR"
+FIND_LINKS = {"-f", "--find-links"}
 VALUES = {"OPFORGE_ORT_INCLUDE_DIR": ORT_HEADERS_VALUE}  # an input that may only take the documented value
 OPTIONS_WITH_VALUE = {"-w", "--wheel-dir", "-d", "--dest", "-r", "--requirement", "-c", "--constraint",
                       "-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-t", "--target",
@@ -123,10 +125,13 @@ class PipCommand:
     where: str
     targets: list[Target] = field(default_factory=list)
     no_build_isolation: bool = False
+    find_links: bool = False
 
 
 def parse_pip(where: str, arguments: list[str], cwd: Path) -> PipCommand:
-    pip = PipCommand(where, no_build_isolation="--no-build-isolation" in arguments)
+    pip = PipCommand(where, no_build_isolation="--no-build-isolation" in arguments,
+                     find_links=any(word in FIND_LINKS or word.startswith("--find-links=")
+                                    for word in arguments))
     projects = projects_in_repo()
     folders = {folder: name for name, folder in projects.items()}
     skip_next = False
@@ -166,7 +171,7 @@ class Block:
     def check_inputs(self, pip: PipCommand, inline: dict[str, str]) -> None:
         for target in pip.targets:
             needed = set(NEEDS.get(target.project, ()))
-            if target.from_sdist and target.project in NEEDS_FROM_SDIST:
+            if target.from_sdist and target.project in NEEDS_FROM_SDIST and not pip.find_links:
                 needed.add(KERNELS)
             for name in sorted(needed):
                 value = self.value(inline, name)
