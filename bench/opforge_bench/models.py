@@ -63,6 +63,18 @@ class CatSwiGLUMLP(nn.Module):
             torch.cat([self.gate_proj(x), self.up_proj(x)], dim=-1)))
 
 
+class GemmsAlone(nn.Module):
+    """LlamaMLP's three GEMMs and nothing else (down takes the gate's output): the time no fused
+    activation can go below, so HF's time over it is what any activation fusion can gain at most."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+    def forward(self, x):
+        return self.down_proj(self.gate_proj(x)), self.up_proj(x)
+
+
 class OpforgeRMSNorm(nn.Module):
     def __init__(self, norm):
         super().__init__()
