@@ -39,10 +39,6 @@ namespace cpu = opforge::kernels::cpu;
                                        int64_t rows, int64_t cols, float eps) {              \
     cpu::add_rms_norm_forward(x, r, w, y, h, 0, rows, cols, eps);                            \
   }                                                                                          \
-  extern "C" void add_rms_fwd_streamed_##SUFFIX(const T* x, const T* r, const T* w, T* y, T* h, \
-                                                int64_t rows, int64_t cols, float eps) {     \
-    cpu::add_rms_norm_forward_streamed(x, r, w, y, h, 0, rows, cols, eps);                   \
-  }                                                                                          \
   extern "C" void add_rms_bwd_##SUFFIX(const T* dy, const T* dh, const T* x, const T* r,     \
                                        const T* w, T* dx, T* dr, double* dw, int64_t rows,   \
                                        int64_t cols, float eps) {                            \

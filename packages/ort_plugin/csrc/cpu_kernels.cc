@@ -16,14 +16,11 @@ constexpr int64_t kGrain = int64_t{1} << 15;
 
 // The op's tensors by its descriptor (cpu_ops.h): X, R, W in; Y, H out; absent ones nullptr.
 template <class Op, class T>
-kc::Forward<T> forward_args(const Kernel& k, const void* const* inputs, void* const* outputs,
-                            const opforge::kernels::RowView& v) {
+kc::Forward<T> forward_args(const Kernel& k, const void* const* inputs, void* const* outputs, int64_t cols) {
   constexpr const opforge::kernels::OpDesc& op = Op::desc;
   const auto input = [&](int32_t i) { return static_cast<const T*>(inputs[i]); };
   kc::Forward<T> args{input(0), opforge::kernels::has_weight(op) ? input(op.nb_inputs - 1) : nullptr,
-                      static_cast<T*>(outputs[0]), v.cols, k.attrs};
-  // ORT's outputs come from its arena, the same buffers run after run: a large Y is streamed
-  args.stream_y = kc::streaming_pays_off(v.rows * (v.cols / op.split) * int64_t(sizeof(T)));
+                      static_cast<T*>(outputs[0]), cols, k.attrs};
   if (opforge::kernels::has_residual(op)) args.r = input(1);
   if (op.nb_outputs > 1) args.h = static_cast<T*>(outputs[1]);
   return args;
@@ -32,7 +29,7 @@ kc::Forward<T> forward_args(const Kernel& k, const void* const* inputs, void* co
 template <class Op, class T>
 OrtStatus* forward_typed(const Kernel& k, OrtKernelContext* ctx, const void* const* inputs, void* const* outputs,
                          const opforge::kernels::RowView& v) {
-  const kc::Forward<T> args = forward_args<Op, T>(k, inputs, outputs, v);
+  const kc::Forward<T> args = forward_args<Op, T>(k, inputs, outputs, v.cols);
   const int64_t rows_per_grain = v.cols >= kGrain ? 1 : kGrain / v.cols;
   return parallel_for(*k.api, ctx, v.rows, rows_per_grain,
                       [=](int64_t row_begin, int64_t row_end) { Op::forward(args, row_begin, row_end); });

@@ -318,40 +318,6 @@ OPFORGE_ALWAYS_INLINE void add_rms_norm_forward_rows(const T* x, const T* r, con
   }
 }
 
-// add_rms_norm_forward_rows with Y written by non-temporal stores (a large, reused Y: it would
-// only push H, which the norm reads back, out of the cache). The same values, bit for bit.
-template <class T>
-OPFORGE_ALWAYS_INLINE void add_rms_norm_forward_streamed_rows(const T* x, const T* r, const T* w, T* y,
-                                                              T* h, int64_t row_begin, int64_t row_end,
-                                                              int64_t cols, float eps) {
-#if defined(OPFORGE_STREAM_STORES)
-  using C = compute_t<T>;
-  constexpr int64_t block = kStreamBlockBytes / int64_t(sizeof(T));
-  alignas(64) T buffer[block];
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const int64_t base = row * cols;
-    const T* hr = h + base;
-    T* yr = y + base;
-    for (int64_t j = 0; j < cols; ++j) h[base + j] = store<T>(load(x[base + j]) + load(r[base + j]));
-    const C inv = static_cast<C>(rms_inverse(sum_squares(hr, cols) / double(cols), double(eps)));
-    const auto normalize = [&](int64_t from, int64_t to, T* out) {
-      for (int64_t j = from; j < to; ++j) out[j - from] = store<T>(load(hr[j]) * inv * load(w[j]));
-    };
-    const int64_t to_line = ((64 - int64_t(reinterpret_cast<uintptr_t>(yr) & 63)) & 63) / int64_t(sizeof(T));
-    int64_t j = to_line < cols ? to_line : cols;
-    normalize(0, j, yr);  // up to Y's first cache line
-    for (; j + block <= cols; j += block) {
-      normalize(j, j + block, buffer);
-      stream_block(yr + j, buffer);
-    }
-    normalize(j, cols, yr + j);
-  }
-  _mm_sfence();  // streamed stores are weakly ordered: visible before whoever reads Y next
-#else
-  add_rms_norm_forward_rows(x, r, w, y, h, row_begin, row_end, cols, eps);
-#endif
-}
-
 // dX = dR = RMSNorm's dX at H, plus dH; dW as RMSNorm's at H. dR's row holds H until it is read.
 template <class T, class Acc>
 OPFORGE_ALWAYS_INLINE void add_rms_norm_backward_rows(const T* dy, const T* dh, const T* x, const T* r,
@@ -408,11 +374,6 @@ OPFORGE_ALWAYS_INLINE void add_rms_norm_backward_rows(const T* dy, const T* dh, 
                                                        T* h, int64_t r0, int64_t r1, int64_t cols, \
                                                        float eps) {                               \
     add_rms_norm_forward_rows(x, r, w, y, h, r0, r1, cols, eps);                                  \
-  }                                                                                               \
-  OPFORGE_CPU_ENTRY void add_rms_norm_forward_streamed_##SUFFIX(                                  \
-      const T* x, const T* r, const T* w, T* y, T* h, int64_t r0, int64_t r1, int64_t cols,       \
-      float eps) {                                                                                \
-    add_rms_norm_forward_streamed_rows(x, r, w, y, h, r0, r1, cols, eps);                         \
   }                                                                                               \
   OPFORGE_CPU_ENTRY void add_rms_norm_backward_##SUFFIX(                                          \
       const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, float* dw,      \
@@ -501,10 +462,6 @@ void rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, Acc* dw_acc, 
 template <class T>
 void add_rms_norm_forward(const T* x, const T* r, const T* w, T* y, T* h, int64_t row_begin,
                           int64_t row_end, int64_t cols, float eps);
-// add_rms_norm_forward with non-temporal stores of Y, for a large, reused Y (streaming_pays_off)
-template <class T>
-void add_rms_norm_forward_streamed(const T* x, const T* r, const T* w, T* y, T* h, int64_t row_begin,
-                                   int64_t row_end, int64_t cols, float eps);
 // dX and dR (the same values) and dW partial sums added into dw_acc, for rows [row_begin, row_end).
 template <class T, class Acc>
 void add_rms_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr,
@@ -542,11 +499,6 @@ void add_rms_norm_backward(const T* dy, const T* dh, const T* x, const T* r, con
   inline void add_rms_norm_forward<T>(const T* x, const T* r, const T* w, T* y, T* h, int64_t r0,  \
                                       int64_t r1, int64_t cols, float eps) {                       \
     detail::add_rms_norm_forward_##SUFFIX(x, r, w, y, h, r0, r1, cols, eps);                       \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void add_rms_norm_forward_streamed<T>(const T* x, const T* r, const T* w, T* y, T* h,     \
-                                               int64_t r0, int64_t r1, int64_t cols, float eps) {  \
-    detail::add_rms_norm_forward_streamed_##SUFFIX(x, r, w, y, h, r0, r1, cols, eps);              \
   }                                                                                                \
   template <>                                                                                      \
   inline void add_rms_norm_backward<T, float>(const T* dy, const T* dh, const T* x, const T* r,    \

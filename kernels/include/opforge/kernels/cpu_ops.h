@@ -17,7 +17,7 @@ struct Forward {
   T* y;
   int64_t cols;
   AttrValues attrs;  // the op's attributes, in its descriptor's order
-  bool stream_y = false;  // Y is a large, reused buffer: non-temporal stores (Swish, AddRMSNorm; cpu.h)
+  bool stream_y = false;  // Y is a large, reused buffer: non-temporal stores (Swish; cpu.h)
   const T* r = nullptr;   // the residual input, or nullptr
   T* h = nullptr;         // the second output, or nullptr
 };
@@ -80,8 +80,7 @@ struct AddRMSNormKernel {
   static constexpr const OpDesc& desc = kAddRMSNormOp;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    (a.stream_y ? add_rms_norm_forward_streamed<T> : add_rms_norm_forward<T>)(a.x, a.r, a.w, a.y, a.h, r0, r1,
-                                                                              a.cols, a.attrs[0]);
+    add_rms_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, r0, r1, a.cols, a.attrs[0]);
   }
   // backward: dW is a reduction over rows; the layers schedule it themselves (add_rms_norm_backward).
 };
