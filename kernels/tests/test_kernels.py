@@ -265,13 +265,22 @@ def max_ulp_where_normal(got, want):
     return float(np.max(np.abs(got[normal] - want[normal]) / spec.ulp("float32", want[normal])))
 
 
-@pytest.mark.parametrize("op", [spec.SWISH, spec.SWIGLU], ids=lambda o: o.name)
+# GeGLU's gate is a * sigmoid(2u), u cubic in a and computed in float32: u's rounding grows the
+# result's relative error by |2u| (17 at a = -5, where the output falls below float32's atol and
+# tanh has saturated). Measured at |a| <= 5: 34.8 ulp (11 at |a| <= 3); its budget catches what
+# the sigmoid's would.
+SWEEP_REACH = {"Swish": 85.0, "SwiGLU": 85.0, "GeGLU": 5.0}
+ULP_BUDGET = {"Swish": SIGMOID_ULP_BUDGET, "SwiGLU": SIGMOID_ULP_BUDGET, "GeGLU": 40}
+
+
+@pytest.mark.parametrize("op", [spec.SWISH, spec.SWIGLU, spec.GEGLU], ids=lambda o: o.name)
 def test_float32_error_in_ulp_stays_within_budget(shim, op):
-    sweep = spec.round_to("float32", np.linspace(-85.0, 85.0, 400001))
+    reach = SWEEP_REACH[op.name]
+    sweep = spec.round_to("float32", np.linspace(-reach, reach, 400001))
     x = sweep if op is spec.SWISH else np.concatenate([sweep, spec.round_to("float32", sweep / 7 + 0.5)])
     worst = max_ulp_where_normal(run_op(shim, op, "float32", (x,), {}), op.reference(x))
     print(f"opforge.{op.name} float32: max {worst:.2f} ulp vs the float64 reference")
-    assert worst <= SIGMOID_ULP_BUDGET
+    assert worst <= ULP_BUDGET[op.name]
 
 
 def test_a_one_ulp_error_would_be_caught(shim):
