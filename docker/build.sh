@@ -41,7 +41,7 @@ build_image() {
   trap 'rm -rf "$context"' RETURN
   # The image needs only the lock, its checker and the toolkit provisioner, not the whole repository.
   mkdir "$context/ci" "$context/docker"
-  (cd "$OPFORGE_REPO" && cp "${OPFORGE_IMAGE_SCRIPTS[@]}" "$context/ci/")
+  (cd "$OPFORGE_REPO" && cp --parents "${OPFORGE_IMAGE_SCRIPTS[@]}" "$context/")
   cp "$OPFORGE_REPO"/docker/apt.lock "$context/docker/"
   local secret=()
   # pip inside the build trusts the host's CA bundle (a TLS-inspecting proxy signs PyPI's replies).

@@ -8,9 +8,9 @@ OPFORGE_REPO=$(dirname "$OPFORGE_DOCKER_DIR")
 OPFORGE_PODMAN_ROOT=${OPFORGE_PODMAN_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/opforge/podman}
 OPFORGE_ENGINE=${OPFORGE_ENGINE:-podman}
 export CONTAINERS_CONF="$OPFORGE_DOCKER_DIR/containers.conf"
-# The scripts the image copies in: the apt lock checker and the toolkit provisioner with what it
-# imports (ci/toolkits.py reads toolkit specs through ci/matrix.py and ci/schema.py).
-OPFORGE_IMAGE_SCRIPTS=(ci/aptlock.py ci/debian.py ci/matrix.py ci/schema.py ci/toolkits.py)
+# The scripts the image copies in, with their folders: the apt lock checker and the toolkit
+# provisioner with what they import (ci/generate/dockerfile.py IMAGE_INPUTS lists the same).
+OPFORGE_IMAGE_SCRIPTS=(ci/__init__.py ci/aptlock.py ci/debian.py ci/toolkits.py ci/generate/__init__.py ci/generate/aptlock.py ci/provision/__init__.py ci/provision/apt.py ci/provision/debian.py ci/provision/toolkits.py ci/provision/toolkit_install.py ci/provision/toolkit_verify.py ci/model/__init__.py ci/model/checks.py ci/model/errors.py ci/model/expand.py ci/model/keys.py ci/model/load.py ci/model/matrix.py ci/model/schema.py ci/model/toolkit_spec.py ci/model/validate.py ci/model/values.py ci/model/yaml_input.py)
 case "$OPFORGE_ENGINE" in
   podman|docker) ;;
   *) echo "opforge: OPFORGE_ENGINE=$OPFORGE_ENGINE: expected podman or docker" >&2; exit 2 ;;

@@ -20,8 +20,33 @@ REPO = mx.REPO
 CI_PROFILE = "ci-gpu"
 # The image: docker/build.sh builds docker/Dockerfile with these scripts copied in, and
 # docker/podman.sh tags it with the first 12 hex of the sha256 of it and these files.
-IMAGE_INPUTS = ("docker/apt.lock", "ci/aptlock.py", "ci/debian.py", "ci/matrix.py",
-                "ci/toolkits.py")  # as docker/podman.sh hashes them (those that exist), in its order
+IMAGE_INPUTS = (  # as docker/podman.sh hashes them (OPFORGE_IMAGE_SCRIPTS), in its order
+    "docker/apt.lock",
+    "ci/__init__.py",
+    "ci/aptlock.py",
+    "ci/debian.py",
+    "ci/toolkits.py",
+    "ci/generate/__init__.py",
+    "ci/generate/aptlock.py",
+    "ci/provision/__init__.py",
+    "ci/provision/apt.py",
+    "ci/provision/debian.py",
+    "ci/provision/toolkits.py",
+    "ci/provision/toolkit_install.py",
+    "ci/provision/toolkit_verify.py",
+    "ci/model/__init__.py",
+    "ci/model/checks.py",
+    "ci/model/errors.py",
+    "ci/model/expand.py",
+    "ci/model/keys.py",
+    "ci/model/load.py",
+    "ci/model/matrix.py",
+    "ci/model/schema.py",
+    "ci/model/toolkit_spec.py",
+    "ci/model/validate.py",
+    "ci/model/values.py",
+    "ci/model/yaml_input.py",
+)
 PLACEHOLDER = re.compile(r"@([A-Za-z_][\w.:-]*)@")
 TEMPLATE = REPO / "docker" / "opforge.Dockerfile.in"
 
