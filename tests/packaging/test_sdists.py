@@ -40,7 +40,7 @@ CMAKE_USERS = ("loader", "ort_plugin", "trt_plugin")
 # Inputs a caller's environment may hold: each build below sees none of them but those it names.
 BUILD_KNOBS = ("OPFORGE_", "PYTHONPATH", "CMAKE_ARGS", "CMAKE_PREFIX_PATH", "SKBUILD_", "CUDA_HOME",
                "CUDA_PATH", "CUDACXX", "TORCH_CUDA_ARCH_LIST", "PIP_CONSTRAINT", "PIP_BUILD_CONSTRAINT",
-               "PIP_FIND_LINKS", "opforge_kernels_")
+               "opforge_kernels_")
 needs_cmake = pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("c++"),
                                  reason="no cmake or C++ compiler on this machine")
 slow = pytest.mark.skipif(os.environ.get("OPFORGE_SLOW_TESTS") != "1",
@@ -261,8 +261,14 @@ def _cuda_home() -> str:
 
 
 def _torch_constraint(folder: Path) -> str:
-    """Build constraints pinning the isolated build's torch (`torch>=2.10`) to this venv's release."""
+    """Build constraints pinning the isolated build's torch (`torch>=2.10`) to this venv's release.
+    pip reads PIP_BUILD_CONSTRAINT from 25.3 on; an older pip ignores it and would fill the build
+    environment with the newest torch and its CUDA wheels (GBs)."""
     torch = pytest.importorskip("torch", reason="torch_ext's sdist is made with this environment's torch")
+    from pip import __version__ as pip_version
+
+    if tuple(int(part) for part in pip_version.split(".")[:2]) < (25, 3):
+        pytest.skip(f"pip {pip_version} < 25.3 ignores PIP_BUILD_CONSTRAINT (the build's torch pin)")
     folder.mkdir(parents=True, exist_ok=True)
     constraint = folder / "build-constraints.txt"
     constraint.write_text(f"torch=={torch.__version__.split('+')[0]}\n")
@@ -279,8 +285,14 @@ SDIST_CASES = {
 }
 
 
+def _find_links(links: Path) -> str:
+    """opforge-spec's folder before the caller's own pip settings (a user's, such as a local wheel
+    of torch), which stay."""
+    return " ".join(filter(None, [str(links), os.environ.get("PIP_FIND_LINKS", "")]))
+
+
 def _inputs(needs: set[str], links: Path, tmp_path: Path) -> dict[str, str]:
-    inputs = {"PIP_FIND_LINKS": str(links), "CMAKE_BUILD_PARALLEL_LEVEL": "2", "MAX_JOBS": "2"}
+    inputs = {"PIP_FIND_LINKS": _find_links(links), "CMAKE_BUILD_PARALLEL_LEVEL": "2", "MAX_JOBS": "2"}
     if "ort" in needs:
         inputs["OPFORGE_ORT_INCLUDE_DIR"] = _ort_include()
     if "cuda" in needs:  # the TensorRT headers: the package's own pin (cmake/trt_headers.py)
@@ -308,7 +320,7 @@ def test_the_sdist_builds_a_wheel_in_an_empty_folder(package, links, tmp_path):
     isolation = ["--no-isolation", "--skip-dependency-check"] if package == "torch_ext" else []
     started = time.monotonic()
     _run([sys.executable, "-m", "build", "--sdist", *isolation, "--outdir", str(tmp_path / "dist"),
-          str(PACKAGES / package)], cwd=tmp_path, env=_clean_env(PIP_FIND_LINKS=str(links)))
+          str(PACKAGES / package)], cwd=tmp_path, env=_clean_env(PIP_FIND_LINKS=_find_links(links)))
     sdist_s = time.monotonic() - started
     (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
     empty = tmp_path / "empty"
