@@ -7,7 +7,10 @@
                          and runs both ops there: built with one torch, tested with another
 
 A CUDA build is only tried in a torch of the same CUDA major (it needs that CUDA runtime);
-pairs that cannot meet are recorded as skipped with the reason, never as passed.
+pairs that cannot meet are recorded as skipped with the reason, never as passed. For such a pair
+the CPU variant is built against the CUDA build's torch (its own venv, a copy of the sources) and
+tried in the other torch instead, so the newest torch's build is proved in a CPU-only (or other
+CUDA major) oldest torch too: every pair of releases is crossed in both directions.
 """
 from __future__ import annotations
 
@@ -17,7 +20,11 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
+
+TORCH_EXT = Path(__file__).resolve().parents[1]
+KERNELS_INCLUDE = TORCH_EXT.parent.parent / "kernels" / "include"
 
 LOAD_AND_RUN = """
 import sys, torch
@@ -62,18 +69,65 @@ def _why_not(lib: dict, host: dict) -> str:
     return ""
 
 
+def _cpu_build(lib: dict, out: Path) -> dict:
+    """The CPU variant built against `lib`'s torch, in its python (a probe dict like `lib`)."""
+    work = out / f"cpu-build-torch{lib['torch'].split('+')[0]}"
+    shutil.rmtree(work, ignore_errors=True)
+    src = work / "src"
+    shutil.copytree(TORCH_EXT, src, ignore=shutil.ignore_patterns(
+        "build", "dist", "*.egg-info", "__pycache__", "*.so*", "_build_info.json"))
+    env = {**os.environ, "OPFORGE_CUDA_HOME": "", "OPFORGE_LOCAL_VERSION": "",
+           "OPFORGE_KERNELS_INCLUDE_DIR": str(KERNELS_INCLUDE)}
+    run = subprocess.run([lib["python"], "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                          "--no-index", "-w", str(work / "dist"), str(src)],
+                         capture_output=True, text=True, timeout=900, env=env)
+    if run.returncode:
+        raise RuntimeError(f"CPU build against torch {lib['torch']} failed:\n"
+                           f"{(run.stdout + run.stderr)[-3000:]}")
+    wheel = next((work / "dist").glob("opforge_torch-*.whl"))
+    library = work / Path(lib["library"]).name
+    with zipfile.ZipFile(wheel) as zf:
+        library.write_bytes(zf.read(f"opforge_torch/{library.name}"))
+        build = json.loads(zf.read("opforge_torch/_build_info.json"))
+    assert build["cuda"] is None, build
+    assert build["torch_built_against"].split("+")[0] == lib["torch"].split("+")[0], build
+    return {**lib, "library": str(library), "build": build}
+
+
 def cross(probe_dirs: list[Path], out: Path) -> int:
     probes = [json.loads((d / "probe.json").read_text()) for d in probe_dirs]
     hosts = list({p["python"]: p for p in probes}.values())  # cells share venvs
     numbers, lines, failed, passed = {}, [], 0, 0
-    for lib in probes:
+    cpu_builds: dict[str, dict] = {}  # torch release -> its CPU build (stand-in for a CUDA one)
+    tried = set()
+    for built in probes:
         for host in hosts:
+            lib = built
             name = f"{lib['build']['variant']}@{lib['torch']}->torch{host['torch']}"
             reason = _why_not(lib, host)
+            if reason and reason != "same torch release":
+                lines.append(f"skipped  {name}: {reason}")
+                release = lib["torch"].split("+")[0]
+                if release not in cpu_builds:
+                    try:
+                        cpu_builds[release] = _cpu_build(lib, out)
+                    except (RuntimeError, OSError, StopIteration, KeyError, AssertionError,
+                            subprocess.TimeoutExpired) as err:
+                        cpu_builds[release] = {"error": str(err)}
+                cpu = cpu_builds[release]
+                name = f"{cpu.get('build', {}).get('variant', 'cpu')}@{lib['torch']}->torch{host['torch']}"
+                if "error" in cpu:
+                    failed += 1
+                    numbers[f"cross_torch.{name}"] = 0
+                    lines.append(f"FAIL     {name} (instead)\n{cpu['error']}")
+                    continue
+                lib, reason = cpu, _why_not(cpu, host)
+                lines[-1] += f"; its CPU variant instead: {name}"
             if reason:
-                if reason != "same torch release":
-                    lines.append(f"skipped  {name}: {reason}")
                 continue
+            if (lib["library"], host["python"]) in tried:
+                continue
+            tried.add((lib["library"], host["python"]))
             run = subprocess.run([host["python"], "-c", LOAD_AND_RUN, lib["library"]],
                                  capture_output=True, text=True, timeout=300)
             ok = run.returncode == 0
