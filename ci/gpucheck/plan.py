@@ -94,7 +94,6 @@ def carried_part(p: Probe, layout: Layout) -> Part:
 
 def build_parts(p: Probe, layout: Layout) -> list:
     toolkit = no_gpu_reason(p) or _toolkit_reason(p)
-    sk_carried = _carries_build_backend(p)
     arch = f"sm_{p.capability.replace('.', '')}" if p.capability else "the local SM"
     return [
         Part("build-torch", f"opforge_torch with CUDA for {arch} only, against this torch", 1, 200,
@@ -103,8 +102,7 @@ def build_parts(p: Probe, layout: Layout) -> list:
         Part("build-ort", f"the ONNX Runtime plugin with CUDA for {arch} only", 1, 200,
              _pip_install(p, layout.sites[2], REPO / "packages" / "ort_plugin"),
              (*_build_env(p, layout), ("OPFORGE_ORT_INCLUDE_DIR", p.ort_include)),
-             after=("carried",) if sk_carried and not p.scikit_build_core else (),
-             skip=toolkit or _ort_build_reason(p)),
+             after=("carried",), skip=toolkit or _ort_build_reason(p)),
     ]
 
 
@@ -118,6 +116,8 @@ def _ort_build_reason(p: Probe) -> str:
                 "DIR/ort-include; or set OPFORGE_ORT_INCLUDE_DIR)")
     if not (p.scikit_build_core or _carries_build_backend(p)):
         return "scikit-build-core is not installed and no wheel of it is carried (--prepare DIR)"
+    if not any(w.startswith("opforge_spec-") for w in p.carried_wheels):
+        return "no opforge-spec wheel is carried (--prepare DIR builds one of kernels/)"
     return ""
 
 

@@ -50,6 +50,13 @@ def prepare(dest: Path) -> int:
     if done.returncode != 0:
         print(f"gpu-check --prepare: pip download {' '.join(wanted)} failed", file=sys.stderr)
         return 1
+    # the ORT plugin's build requirement opforge-spec (its CMake package and metadata provider are
+    # entry points: kernels/ on PYTHONPATH alone does not declare them)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
+                           "-q", "-w", str(wheels), str(REPO / "kernels")])
+    if done.returncode != 0:
+        print("gpu-check --prepare: pip wheel kernels/ (opforge-spec) failed", file=sys.stderr)
+        return 1
     include = dest / "ort-include"
     shutil.rmtree(include, ignore_errors=True)
     shutil.copytree(debian.ort_include_dir(matrix), include)

@@ -60,14 +60,16 @@ def cuda_runtimes(matrix: mx.Matrix, cell: mx.Cell, root: Path = mx.REPO) -> tup
 
 
 def build_requirements(root: Path = mx.REPO) -> list[tuple[str, ...]]:
-    """The [build-system] requires of kernels/ and of each package, but torch: torch_ext builds
-    without isolation against the venv's own torch."""
+    """The [build-system] requires of kernels/ and of each package, but torch (torch_ext builds
+    without isolation against the venv's own torch) and opforge-spec (this tree's kernels/, built
+    into a wheel beside the packages, not on any index)."""
     found = []
     for pyproject in [root / "kernels" / "pyproject.toml",
                       *sorted((root / "packages").glob("*/pyproject.toml"))]:
         if pyproject.is_file():
             build = tomllib.loads(pyproject.read_text()).get("build-system", {})
-            found.append(tuple(r for r in build.get("requires", []) if not re.match(r"torch\b", r)))
+            found.append(tuple(r for r in build.get("requires", [])
+                               if not re.match(r"(torch|opforge-spec)\b", r)))
     return found
 
 

@@ -123,7 +123,8 @@ def build_sdists(matrix: mx.Matrix, dist: Path, log: Path) -> list[Path]:
         before = set(dist.glob("*.tar.gz"))
         isolation = ["--no-isolation"] if folder.endswith("torch_ext") else []
         done = run([str(venvs.python(venv)), "-m", "build", "--sdist", *isolation, "--outdir",
-                    str(dist), str(REPO / folder)], log, env={**_clean_env()})
+                    str(dist), str(REPO / folder)], log,
+                   env={**_clean_env(), "PIP_FIND_LINKS": str(dist)})  # opforge-spec: made first
         made = sorted(set(dist.glob("*.tar.gz")) - before)
         if done.returncode != 0 or len(made) != 1:
             raise ReleaseError(f"{folder}: `python -m build --sdist` failed (see {log})")

@@ -19,12 +19,13 @@ sys.path.insert(0, str(REPO))
 from ci import gpu_check as gc
 
 CHECK = REPO / "ci" / "gpu_check.py"
+SPEC_WHEEL = "opforge_spec-0.1.0-py3-none-any.whl"
 H200 = gc.Probe(python="/opt/python3", cores=16, torch="2.11.0+cu130", torch_cuda="13.0",
                 gpu="NVIDIA H200", capability="9.0", cuda_home="/opt/cuda", nvcc="13.0",
                 sanitizer="/opt/cuda/bin/compute-sanitizer", pytest=True, xdist=True,
                 onnxruntime="1.30.0", ort_cuda_ep=False, scikit_build_core="0.11.0",
                 cuda_runtime_dir="/opt/nvidia/cu13/lib",
-                carried_wheels=("liger_kernel-0.8.5-py3-none-any.whl",),
+                carried_wheels=("liger_kernel-0.8.5-py3-none-any.whl", SPEC_WHEEL),
                 ort_include="/carried/ort-include")
 NO_GPU = dataclasses.replace(H200, gpu="", capability="", no_gpu="torch.cuda.is_available() is False")
 
@@ -81,6 +82,7 @@ def test_without_a_gpu_every_part_is_skipped_for_no_gpu(tmp_path):
     ({"cuda_home": "", "nvcc": ""}, "build-ort", "no nvcc"),
     ({"pytest": False}, "tests-kernels", "pytest is not installed"),
     ({"carried_wheels": ()}, "carried", "no wheels in"),
+    ({"carried_wheels": ("liger_kernel-0.8.5-py3-none-any.whl",)}, "build-ort", "no opforge-spec wheel"),
     ({"onnxruntime": ""}, "tests-ort-cuda", "onnxruntime is not installed"),
 ])
 def test_a_missing_tool_skips_its_parts_naming_it(tmp_path, change, part, reason):
@@ -89,7 +91,7 @@ def test_a_missing_tool_skips_its_parts_naming_it(tmp_path, change, part, reason
 
 def test_the_ort_cuda_tests_and_a_carried_build_backend_are_planned_when_there(tmp_path):
     probe = dataclasses.replace(H200, ort_cuda_ep=True, scikit_build_core="",
-                                carried_wheels=("scikit_build_core-1.1.2-py3-none-any.whl",))
+                                carried_wheels=("scikit_build_core-1.1.2-py3-none-any.whl", SPEC_WHEEL))
     parts = parts_of(probe, tmp_path)
     assert parts["tests-ort-cuda"].skip == "" and parts["tests-ort-cuda"].after == ("build-ort",)
     assert parts["build-ort"].after == ("carried",)

@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import zipfile
 from pathlib import Path
 
@@ -235,15 +234,12 @@ def _member_json(wheel: Path, member: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def kernels_sdist_include(tmp_path_factory) -> str:
-    """include/ of the unpacked opforge-spec sdist: what a user without the repository points
-    OPFORGE_KERNELS_INCLUDE_DIR at."""
+def spec_find_links(tmp_path_factory) -> str:
+    """A folder holding opforge-spec's sdist: what a user without the repository hands pip
+    (--find-links / PIP_FIND_LINKS) for the packages' build requirement opforge-spec."""
     work = tmp_path_factory.mktemp("kernels-sdist")
-    sdist = _sdist(REPO / "kernels", work / "dist")
-    with tarfile.open(sdist) as archive:
-        archive.extractall(work / "unpacked", filter="data")
-    (root,) = (work / "unpacked").iterdir()
-    return str(root / "include")
+    _sdist(REPO / "kernels", work / "dist")
+    return str(work / "dist")
 
 
 def _this_torch_release() -> str:
@@ -277,7 +273,7 @@ SDIST_CASES = {
 def _documented_inputs(needs: set[str], request, tmp_path: Path) -> dict[str, str]:
     inputs = {"CMAKE_BUILD_PARALLEL_LEVEL": "2", "MAX_JOBS": "2"}
     if "kernels" in needs:
-        inputs["OPFORGE_KERNELS_INCLUDE_DIR"] = request.getfixturevalue("kernels_sdist_include")
+        inputs["PIP_FIND_LINKS"] = request.getfixturevalue("spec_find_links")
     if "ort" in needs:
         inputs["OPFORGE_ORT_INCLUDE_DIR"] = request.getfixturevalue("ort_include")
     if "torch" in needs:  # CPU-only: no OPFORGE_CUDA_HOME
@@ -337,7 +333,7 @@ def test_torch_ext_sdist_builds_cuda_kernels_with_a_torch_of_the_toolkits_cuda(t
     environment the build requirement `torch>=2.10` pinned to a torch of the toolkit's CUDA release."""
     home = _cuda_home()
     inputs = {"MAX_JOBS": "2", "OPFORGE_CUDA_HOME": home, "OPFORGE_CUDA_ARCHS": "8.0",
-              "OPFORGE_KERNELS_INCLUDE_DIR": request.getfixturevalue("kernels_sdist_include"),
+              "PIP_FIND_LINKS": request.getfixturevalue("spec_find_links"),
               "PIP_BUILD_CONSTRAINT": _cuda_torch_constraint(tmp_path / "constraints",
                                                              _toolkit_cuda_release(home))}
     sdist = _sdist(PACKAGES / "torch_ext", tmp_path / "dist")
