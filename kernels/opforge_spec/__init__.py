@@ -5,15 +5,64 @@ from __future__ import annotations
 from pathlib import Path
 
 from .numerics import DTYPES, Errors, dtype_name, measure, round_to, ulp
-from .ops import (ADD_RMS_NORM, DOMAIN, DOMAIN_VERSION, FLOAT32_OVERFLOW, GELU_CUBIC, GEGLU, OPS, RANK_AT_LEAST_1, RESIDUAL_EXPECTED, RMS_NORM,
-                  SQRT_2_OVER_PI, SWIGLU, SWISH, WEIGHT_EXPECTED, Attr, BadCase, Case, OpSpec, error, finite_in_float32, format_number,
-                  output_shape, strided, swiglu_x_error)
+from .ops import (
+    ADD_RMS_NORM,
+    DOMAIN,
+    DOMAIN_VERSION,
+    FLOAT32_OVERFLOW,
+    GEGLU,
+    GELU_CUBIC,
+    OPS,
+    RANK_AT_LEAST_1,
+    RESIDUAL_EXPECTED,
+    RMS_NORM,
+    SQRT_2_OVER_PI,
+    SWIGLU,
+    SWISH,
+    WEIGHT_EXPECTED,
+    Attr,
+    BadCase,
+    Case,
+    OpSpec,
+    error,
+    finite_in_float32,
+    format_number,
+    output_shape,
+    strided,
+)
 
-__all__ = ["ADD_RMS_NORM", "DOMAIN", "DOMAIN_VERSION", "DTYPES", "FLOAT32_OVERFLOW", "GELU_CUBIC", "GEGLU", "OPS", "RANK_AT_LEAST_1", "RESIDUAL_EXPECTED", "RMS_NORM", "SQRT_2_OVER_PI",
-           "SWIGLU", "SWISH", "WEIGHT_EXPECTED", "Attr",
-           "BadCase", "Case", "Errors", "OpSpec", "dtype_name", "error", "finite_in_float32",
-           "format_number", "include_dir", "measure", "output_shape", "round_to", "strided",
-           "swiglu_x_error", "ulp"]
+__all__ = [
+    "ADD_RMS_NORM",
+    "DOMAIN",
+    "DOMAIN_VERSION",
+    "DTYPES",
+    "FLOAT32_OVERFLOW",
+    "GEGLU",
+    "GELU_CUBIC",
+    "OPS",
+    "RANK_AT_LEAST_1",
+    "RESIDUAL_EXPECTED",
+    "RMS_NORM",
+    "SQRT_2_OVER_PI",
+    "SWIGLU",
+    "SWISH",
+    "WEIGHT_EXPECTED",
+    "Attr",
+    "BadCase",
+    "Case",
+    "Errors",
+    "OpSpec",
+    "dtype_name",
+    "error",
+    "finite_in_float32",
+    "format_number",
+    "include_dir",
+    "measure",
+    "output_shape",
+    "round_to",
+    "strided",
+    "ulp",
+]
 
 
 def include_dir() -> Path:

@@ -17,6 +17,12 @@ def test_registry_names_and_defaults():
     assert (spec.include_dir() / "opforge" / "kernels" / "cpu.h").exists()
 
 
+def test_every_op_has_its_own_math_header():
+    """kernels/include/opforge/kernels/ops/<torch_name>.h: the op's math, included by math.h."""
+    ops = spec.include_dir() / "opforge" / "kernels" / "ops"
+    assert {p.stem for p in ops.glob("*.h")} == {op.torch_name for op in spec.OPS.values()}
+
+
 def test_swish_reference_is_stable_at_extremes():
     y = spec.SWISH.reference(np.array([1e4, -1e4, 0.0, np.nan, -np.inf]))
     assert y[0] == 1e4 and y[1] == 0.0 and y[2] == 0.0

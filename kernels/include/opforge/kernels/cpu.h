@@ -313,7 +313,7 @@ OPFORGE_ALWAYS_INLINE void add_rms_norm_forward_rows(const T* x, const T* r, con
                                                      float eps) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t base = row * cols;
-    for (int64_t j = 0; j < cols; ++j) h[base + j] = store<T>(load(x[base + j]) + load(r[base + j]));
+    for (int64_t j = 0; j < cols; ++j) h[base + j] = store<T>(residual_sum(load(x[base + j]), load(r[base + j])));
     rms_norm_forward_rows(h, w, y, row, row + 1, cols, eps);
   }
 }
@@ -328,7 +328,7 @@ OPFORGE_ALWAYS_INLINE void add_rms_norm_backward_rows(const T* dy, const T* dh, 
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t base = row * cols;
     T* hr = dr + base;
-    for (int64_t j = 0; j < cols; ++j) hr[j] = store<T>(load(x[base + j]) + load(r[base + j]));
+    for (int64_t j = 0; j < cols; ++j) hr[j] = store<T>(residual_sum(load(x[base + j]), load(r[base + j])));
     const double inv_d = rms_inverse(sum_squares(hr, cols) / double(cols), double(eps));
     const C inv = static_cast<C>(inv_d);
     const C coef = static_cast<C>(inv_d * inv_d * inv_d * dot_gw_x(dy + base, w, hr, cols) / double(cols));

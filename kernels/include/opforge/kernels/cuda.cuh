@@ -220,7 +220,7 @@ template <int kVec, class T>
 __device__ __forceinline__ Packet<T, kVec> added(Packet<T, kVec> x, Packet<T, kVec> r) {
   Packet<T, kVec> h;
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) h.v[k] = from_float<T>(to_float(x.v[k]) + to_float(r.v[k]));
+  for (int k = 0; k < kVec; ++k) h.v[k] = from_float<T>(residual_sum(to_float(x.v[k]), to_float(r.v[k])));
   return h;
 }
 
