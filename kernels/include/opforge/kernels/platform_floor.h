@@ -15,7 +15,7 @@
 //    std::allocator. A hidden copy of our own throws the same std::bad_array_new_length (CXXABI
 //    1.3.8), as the manylinux toolchains' libstdc++_nonshared.a does.
 // Weak: every translation unit carries the definitions, the link keeps one; hidden: never exported,
-// never bound to the system's. ci/wheels.py checks the repaired wheel's tag: a reference this file
+// never bound to the system's. ci/artifacts/wheels.py checks the repaired wheel's tag: a reference this file
 // misses fails the release with the symbol named.
 #ifndef OPFORGE_KERNELS_PLATFORM_FLOOR_H_
 #define OPFORGE_KERNELS_PLATFORM_FLOOR_H_
