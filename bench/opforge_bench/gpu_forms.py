@@ -96,7 +96,9 @@ def _opforge_call(spec: opforge_spec.OpSpec) -> Callable:
 
 def _form(spec: opforge_spec.OpSpec) -> Form:
     peer = PEERS.get(spec.torch_name, Peer())
-    return Form(spec.torch_name, spec.split > 1, _input_maker(spec), peer.composed or spec.composed,
+    composed = peer.composed or spec.composed
+    assert composed is not None  # every op of the spec has a composed form
+    return Form(spec.torch_name, spec.split > 1, _input_maker(spec), composed,
                 _opforge_call(spec), peer.liger, peer.liger_args)
 
 
@@ -120,6 +122,8 @@ def backward_bytes(inputs: tuple, outputs: tuple) -> int:
 
 def liger_function(form: Form):
     """The Liger autograd Function, or raises ImportError/AttributeError with the reason."""
+    if form.liger is None:
+        raise AttributeError(f"{form.torch_name}: no Liger kernel")
     module, _, name = form.liger.rpartition(".")
     return getattr(__import__(module, fromlist=[name]), name)
 

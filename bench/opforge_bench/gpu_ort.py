@@ -127,7 +127,8 @@ def measure_all(*, device: str, ops=OPS, tokens: int | None = None, log=print) -
     why = unavailable(device)
     if why:
         return {"rows": [], "not_measured": {"ONNX Runtime": why}, "state": f"skipped: {why}"}
-    rows, reasons = [], {}
+    rows: list = []
+    reasons: dict = {}
     for op in ops:
         t, w = plan.largest(op) if tokens is None else (tokens, min(plan.widths(op)))
         rows += measure_op(op, t, w, device=device, reasons=reasons)

@@ -136,6 +136,7 @@ def targets(rows: list, ops, reasons: dict) -> list:
             entry.update(ratio=ours["x_copy"], detail=f"{ours['gbps']:.0f} GB/s vs copy "
                          f"{ours['copy_gbps']:.0f} GB/s")
         else:
+            assert theirs is not None  # not missing
             entry.update(ratio=theirs["median_ms"] / ours["median_ms"],
                          detail=f"{ours['median_ms']:.3f} ms vs {kind} {theirs['median_ms']:.3f} ms")
         if "ratio" in entry:

@@ -11,6 +11,7 @@ import resource
 import time
 
 import numpy as np
+
 import opforge_spec
 
 from . import torch_variants as tv
@@ -55,7 +56,10 @@ def row(key: tuple, *, threads, n, timing, memcpy_gbps, **extra) -> dict:
 
 
 def run_all(*, ops, layers, threads_list, sizes, repeat, budget_s=None, log=print) -> dict:
-    rows, missing, graphs, rss = [], {}, {}, {}
+    rows: list = []
+    missing: dict = {}
+    graphs: dict = {}
+    rss: dict = {}
     for threads in threads_list:
         tv.set_threads(threads)
         for n in sizes:

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-import opforge_spec
 from onnx import TensorProto, helper
+
+import opforge_spec
 
 from .torch_variants import COLS, EPS, INPUT_KEYS, OUTPUT_KEYS
 
@@ -157,6 +158,7 @@ def decomposed_model(op: str, cols: int = COLS) -> bytes:
     the spec's attribute defaults), its outputs named as the op's."""
     spec = opforge_spec.OPS[op]
     e = GraphEmitter()
+    assert spec.decomposed is not None  # every op of the spec has a decomposed form
     returned = spec.decomposed(e, *spec.inputs, **spec.defaults())
     for tensor, name in zip(returned if len(spec.outputs) > 1 else (returned,), spec.outputs):
         e.rename(tensor, name)

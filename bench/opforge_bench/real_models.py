@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from . import models, timing
 
 # input shapes, read at each call (the suite's tests shrink them); with models.LLAMA_SHAPE
-SHAPES = {"image": (1, 3, 224, 224), "tokens": 512}
+SHAPES: dict[str, Any] = {"image": (1, 3, 224, 224), "tokens": 512}
 MLP_TARGET = 1.1  # the LLaMA-style MLP's bar against HF's composed form (eager and ORT)
 GEMMS_ALONE = "GEMMs alone (the ceiling)"
 GEMM_OPS = ("MatMul", "Gemm", "FusedMatMul", "MatMulNBits")
@@ -52,11 +53,11 @@ def kernel_shares(path: Path, args, threads: int, runs: int = 20) -> dict:
     feeds = _feeds(session, args)
     for _ in range(runs):
         session.run(None, feeds)
-    per_node = {}
+    per_node: dict = {}
     for event in json.loads(Path(session.end_profiling()).read_text()):
         if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
             per_node.setdefault((event["name"], event["args"]["op_name"]), []).append(event["dur"])
-    by_op = {}
+    by_op: dict = {}
     for (_, op), durations in per_node.items():
         by_op[op] = by_op.get(op, 0) + sorted(durations)[len(durations) // 2]
     total = sum(by_op.values()) or 1
@@ -124,8 +125,10 @@ def _check_close(forms: dict, args, what: str) -> None:
     for name, result in zip(list(forms)[1:], results[1:]):
         # 1e-4, not fp32's default: a GEMM of another width sums in another order, and
         # EfficientNet's 16 blocks carry such differences through BatchNorm and SiLU
-        torch.testing.assert_close(result, results[0], rtol=1e-4, atol=1e-4,
-                                   msg=lambda m, n=name: f"{what}: {n} differs from the baseline: {m}")
+        def message(m: str, n: str = name) -> str:
+            return f"{what}: {n} differs from the baseline: {m}"
+
+        torch.testing.assert_close(result, results[0], rtol=1e-4, atol=1e-4, msg=message)
 
 
 def measure_model(model: str, forms: dict, args, exports: dict, *, threads: int, repeat: int,
@@ -192,7 +195,7 @@ def missing_requirement(name: str) -> str | None:
 
 
 def run(names, *, threads: int, repeat: int, budget_s: float) -> dict:
-    data = {"rows": [], "graphs": {}, "not_measured": {}, "threads": threads}
+    data: dict[str, Any] = {"rows": [], "graphs": {}, "not_measured": {}, "threads": threads}
     for name in names:
         why = missing_requirement(name)
         if why:

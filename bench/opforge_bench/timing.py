@@ -21,7 +21,7 @@ def measure(fn, *, repeat: int, warmup: int = 3, min_time_s: float = 0.0) -> Tim
     sizes are not judged on 20 samples of a few microseconds)."""
     for _ in range(warmup):
         fn()
-    samples = []
+    samples: list[float] = []
     started = time.perf_counter()
     while len(samples) < repeat or (time.perf_counter() - started < min_time_s
                                     and len(samples) < 50 * repeat):
@@ -44,7 +44,7 @@ def measure_interleaved(fns: dict, *, repeat: int, warmup: int = 3, min_time_s: 
     call takes a second, and `repeat` rounds of every variant would take many minutes."""
     for fn in fns.values():
         _warm_up(fn, warmup)
-    samples = {name: [] for name in fns}
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     started, calls = time.perf_counter(), 0
     while calls < repeat or (time.perf_counter() - started < min_time_s and calls < 50 * repeat):
         if budget_s is not None and calls >= MIN_RUNS and time.perf_counter() - started > budget_s:

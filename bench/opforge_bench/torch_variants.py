@@ -5,9 +5,10 @@ Every variant of one op and size works on the same arrays (`inputs`): only X, W,
 one scratch buffer are alive besides the allocating variants' transient results."""
 from __future__ import annotations
 
-import opforge_spec
 import torch
 import torch.nn.functional as F
+
+import opforge_spec
 
 COLS = 4096  # a row op's row length, a split op's part (a common hidden size)
 EPS = opforge_spec.RMS_NORM.defaults()["epsilon"]  # the norms' default (AddRMSNorm's too)
@@ -106,6 +107,7 @@ def add_rms_norm_variants(inp: dict) -> dict:
     composed RMSNorm, opforge's own rms_norm, torch's F.rms_norm (where this torch has it)."""
     x, r, w, y, h = inp["x"], inp["r"], inp["w"], inp["y"], inp["h"]
     composed = opforge_spec.ADD_RMS_NORM.composed  # x + r, then the spec's composed RMSNorm
+    assert composed is not None
     out = {"torch composed x + r, RMSNorm": (lambda: composed(x, r, w, EPS), True)}
     if not available():
         rms_norm = torch.ops.opforge.rms_norm
@@ -182,8 +184,10 @@ def variants(op: str, inp: dict) -> dict:
     listed), then opforge_torch's."""
     spec = opforge_spec.OPS[op]
     tensors = _tensors(spec, inp)
+    composed = spec.composed
+    assert composed is not None  # every op of the spec has a composed form
     theirs = COMPETITORS[op](inp) if op in COMPETITORS else {
-        "torch composed": (lambda: spec.composed(*tensors), True)}
+        "torch composed": (lambda: composed(*tensors), True)}
     return {**theirs, **opforge_variants(op, inp)}
 
 

@@ -19,7 +19,8 @@ OP = opforge_spec.ADD_RMS_NORM
 
 
 def test_moved_bytes_count_x_r_and_w_read_and_y_h_written():
-    from opforge_bench import measure, torch_variants as tv
+    from opforge_bench import measure
+    from opforge_bench import torch_variants as tv
 
     n = 4 * tv.COLS
     assert measure.moved_bytes("AddRMSNorm", n) == 4 * (2 * n + tv.COLS + 2 * n)

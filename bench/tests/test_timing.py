@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from opforge_bench import timing  # noqa: E402
+from opforge_bench import timing
 
 
 def test_a_slow_group_stops_at_the_budget_with_min_runs_each():

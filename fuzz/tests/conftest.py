@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import sys
 from pathlib import Path
 
 import pytest
+
 from opforge_spec.testing import run_once  # noqa: F401  (a fixture: builds shared by xdist workers)
 
 REPO = Path(__file__).resolve().parents[2]

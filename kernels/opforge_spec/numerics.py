@@ -92,10 +92,10 @@ def _measure(a, e, dtype, rtol, atol) -> Errors:
 
 def describe_worst(actual, expected64, errors: Errors, inputs=()) -> str:
     idx = errors.worst_index
-    parts = [f"worst element at index {list(idx)}: got {np.asarray(actual)[idx]!r}, "
-             f"expected {np.asarray(expected64)[idx]!r}"]
-    for i, x in enumerate(inputs):
-        x = np.asarray(x)
+    parts = [(f"worst element at index {list(idx)}: got {np.asarray(actual)[idx]!r}, "
+              f"expected {np.asarray(expected64)[idx]!r}")]
+    for i, given in enumerate(inputs):
+        x = np.asarray(given)
         if x.shape == np.asarray(actual).shape:
             parts.append(f"input {i} there = {x[idx]!r}")
     return "; ".join(parts)

@@ -102,10 +102,10 @@ def test_schemas_of_ops_without_attributes_or_with_several_inputs_outputs_attrib
         "gated.out(Tensor x, *, Tensor(a!) out) -> ()",
         "gated_backward(Tensor grad, Tensor x) -> Tensor",
         "add_norm(Tensor x, Tensor residual, Tensor weight, float epsilon=1e-06, float scale=2.0) -> (Tensor, Tensor)",
-        "add_norm.out(Tensor x, Tensor residual, Tensor weight, float epsilon=1e-06, float scale=2.0, *, "
-        "Tensor(a!) y_out, Tensor(b!) h_out) -> ()",
-        "add_norm_backward(Tensor grad_y, Tensor grad_h, Tensor x, Tensor residual, Tensor weight, "
-        "float epsilon, float scale) -> (Tensor, Tensor, Tensor)"]
+        ("add_norm.out(Tensor x, Tensor residual, Tensor weight, float epsilon=1e-06, float scale=2.0, *, "
+         "Tensor(a!) y_out, Tensor(b!) h_out) -> ()"),
+        ("add_norm_backward(Tensor grad_y, Tensor grad_h, Tensor x, Tensor residual, Tensor weight, "
+         "float epsilon, float scale) -> (Tensor, Tensor, Tensor)")]
     assert "def gated(x, *, out=None):" in generate.torch_wrappers()
     assert "(x, residual, weight, epsilon, scale), out, ('y_out', 'h_out'))" in generate.torch_wrappers()
 

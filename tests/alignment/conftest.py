@@ -8,8 +8,9 @@ import shutil
 
 import _package  # noqa: F401  (opforge_align: installed, else packages/align/src)
 import pytest
-from opforge_spec.testing import BUSY, run_once  # noqa: F401  (run_once: a fixture)
+
 from opforge_align.harness.stage import fault_arg  # noqa: F401  (fails early if it is broken)
+from opforge_spec.testing import BUSY, run_once  # noqa: F401  (run_once: a fixture)
 
 torch = pytest.importorskip("torch", reason="the torch side of the alignment needs torch")
 pytest.importorskip("opforge_torch", reason="opforge_torch is not installed")
@@ -65,7 +66,7 @@ def _merge_exports(parts: list, out):
 
 
 @pytest.fixture(scope="session")
-def export_dir(run_once):
+def export_dir(run_once):  # noqa: F811  (run_once: the fixture imported above)
     """Every op exported at opset 18, one op at a time so that pytest-xdist workers export different
     ops at once: each worker first makes the ops nobody is making, then waits for the rest. Tests
     only read the folder."""
@@ -91,7 +92,7 @@ def ort_library():
 
 
 @pytest.fixture(scope="session")
-def ort_run(export_dir, ort_library, run_once):
+def ort_run(export_dir, ort_library, run_once):  # noqa: F811  (run_once: the fixture imported above)
     from opforge_align.harness import ort_check
 
     def check(out):

@@ -7,6 +7,7 @@ The same as `opforge-align export` (the matrix's export stage runs this file).
 import sys
 
 import _package  # noqa: F401
+
 from opforge_align.cli import main
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+
 from opforge_align.harness.checks import spec
 
 SHIM = r"""

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import _package
+
 from opforge_align.harness.checks import write_stage_result
 from opforge_align.harness.stage import exit_with, fault_arg
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _package import SOURCES
+
 from opforge_align.harness import cross
 
 ALIGN = SOURCES / "opforge_align" / "__main__.py"  # another venv: this tree's sources

@@ -7,6 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 from _package import COMMAND
+
 from opforge_align.harness import layer1, ort_check
 from opforge_align.harness.checks import spec
 
@@ -64,6 +65,7 @@ def test_a_mutated_copy_of_the_kernel_is_caught(mutation, tmp_path):
 
     import kernel_shim
     import torch
+
     from opforge_align.harness.checks import against_reference, same_bits
     from opforge_align.harness.layer1 import opforge_call
 

@@ -1,5 +1,6 @@
 """Layer 1: opforge_torch against torch's composed ops and the float64 reference."""
 import pytest
+
 from opforge_align.harness import layer1
 from opforge_align.harness.checks import spec
 

@@ -5,6 +5,7 @@ import json
 import onnx
 import pytest
 from conftest import SUITE_DTYPES
+
 from opforge_align.harness import export
 
 

@@ -26,7 +26,7 @@ def _nlohmann_json_include() -> Path:
     candidates = [Path(env)] if env else []
     spec = importlib.util.find_spec("nlohmann_json")  # located, not imported
     if spec is not None and spec.submodule_search_locations:
-        candidates.append(Path(list(spec.submodule_search_locations)[0]) / "include")
+        candidates.append(Path(next(iter(spec.submodule_search_locations))) / "include")
     for include in candidates:
         if (include / "nlohmann" / "json.hpp").is_file():
             return include

@@ -4,7 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import WEIGHT_EXPECTED, Attr, BadCase, Case, OpSpec, _finite_non_negative
-from .rms_norm import rms_norm_composed, rms_norm_decomposed, rms_norm_independent, rms_norm_reference
+from .rms_norm import (
+    rms_norm_composed,
+    rms_norm_decomposed,
+    rms_norm_independent,
+    rms_norm_reference,
+)
 
 
 def add_rms_norm_reference(x: np.ndarray, r: np.ndarray, w: np.ndarray, epsilon: float) -> tuple:

@@ -7,7 +7,6 @@ from ..model import BadCase, Case, OpSpec
 from .swiglu import _halves
 from .swish import SWISH
 
-
 SQRT_2_OVER_PI = 0.7978845608028654  # sqrt(2 / pi): torch's gelu(approximate="tanh") constant
 GELU_CUBIC = 0.044715
 

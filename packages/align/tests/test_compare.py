@@ -4,12 +4,12 @@ import math
 import numpy as np
 import pytest
 from models import chain
+
+import opforge_spec as spec
 from opforge_align import model as models
 from opforge_align.compare import measure
 from opforge_align.errors import AlignError
 from opforge_align.tolerances import DEFAULTS, Override, budgets
-
-import opforge_spec as spec
 
 
 def test_identical_tensors_have_no_error():

@@ -5,11 +5,11 @@ import json
 
 import numpy as np
 import onnx
-import opforge_spec as spec
 import pytest
 from models import residual_stream, tensors_by_name
 from onnx import numpy_helper
 
+import opforge_spec as spec
 from opforge_align import reference
 from opforge_align.model import load
 

@@ -1,8 +1,8 @@
 """Every op of the spec has what opforge-align compares it with: a float64 reference op, an
 independent reference-evaluator op, an export module and (harness) its composed torch form."""
-import opforge_spec as spec
 import pytest
 
+import opforge_spec as spec
 from opforge_align import reference
 from opforge_align.harness import refeval
 

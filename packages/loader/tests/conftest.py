@@ -3,12 +3,14 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from opforge_spec.testing import run_once  # noqa: F401  (a fixture: builds shared by xdist workers)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import opforge_loader  # noqa: E402
-from plugin_build import build_sdk_plugin  # noqa: E402
+from plugin_build import build_sdk_plugin
+
+import opforge_loader
 
 
 @pytest.fixture

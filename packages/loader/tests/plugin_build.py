@@ -18,7 +18,7 @@ def nlohmann_json_include_dir() -> str | None:
     spec = importlib.util.find_spec("nlohmann_json")
     if spec is None or not spec.submodule_search_locations:
         return None
-    include = Path(list(spec.submodule_search_locations)[0]) / "include"
+    include = Path(next(iter(spec.submodule_search_locations))) / "include"
     return str(include) if (include / "nlohmann" / "json.hpp").is_file() else None
 
 

@@ -2,7 +2,6 @@
 (--timeout SECONDS per plugin), so a plugin that hangs or crashes in init is refused with one line
 naming its file and the bound, and the other plugins are still listed, served and watched."""
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plugin_build import build_c_plugin
 
 import opforge_loader
 from opforge_loader import doctor, manifests
-from plugin_build import build_c_plugin
 
 CLI = [sys.executable, "-m", "opforge_loader.cli"]
 SCALE = "libops_example_scale.so.1"

@@ -32,7 +32,7 @@ NEIGHBOURS = {
     "not_object": (lambda p: p.write_text("[1, 2]"), "malformed manifest: expected a JSON object, got array"),
     "ops_int": (lambda p: p.write_text(json.dumps(ORT_MANIFEST)),
                 'malformed manifest: "ops": expected non-empty array of {domain, name, version}, got integer'),
-    "fifo": (lambda p: os.mkfifo(p), "not a regular file (a FIFO); only regular files are read"),
+    "fifo": (os.mkfifo, "not a regular file (a FIFO); only regular files are read"),
     "dev_zero": (lambda p: p.symlink_to("/dev/zero"), "not a regular file (a character device); only regular files are read"),
 }
 
@@ -146,7 +146,7 @@ def test_watch_refuses_bad_manifests_once_and_keeps_serving(neighbour):
     parked.mkdir()
     os.rename(bad_manifest, parked / bad_manifest.name)
     proc = subprocess.Popen([*CLI, "watch", str(directory), "--interval", "0.1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent)  # noqa: PLW1509  (only prctl: the death signal is set in the child)
     out = Lines(proc)
     try:
         out.wait_for("op=example::Scale@1 from=Initializing to=Running")

@@ -34,7 +34,7 @@ INPUTS = {
     "pickle": (write_pickle, "pickled data is never loaded"),
     "npz": (write_npz, "is a .npz archive; expected one .npy file per --input"),
     "truncated": (lambda p: p.write_bytes(b"\x93NUMPY\x01\x00"), "could not be read"),
-    "fifo": (lambda p: os.mkfifo(p), "not a regular file; expected a .npy file"),
+    "fifo": (os.mkfifo, "not a regular file; expected a .npy file"),
     "missing": (lambda p: None, "cannot open: No such file or directory"),
 }
 

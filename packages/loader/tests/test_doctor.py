@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from plugin_build import ELF32_I386, build_c_plugin, foreign_machine
 
 import opforge_loader
 from opforge_loader import doctor
-from plugin_build import ELF32_I386, build_c_plugin, foreign_machine
 
 NN = os.path.join(opforge_loader.plugin_dir(), "libops_opforge_nn.so.1")
 

@@ -11,10 +11,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-import opforge_loader
-from opforge_loader import _capi
 from plugin_build import build_c_plugin, write_manifest
+
+from opforge_loader import _capi
 
 CHILD_TIMEOUT_S = 60
 CHILD_MEMORY = 3 << 30

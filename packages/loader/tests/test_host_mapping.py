@@ -8,9 +8,9 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from plugin_build import build_c_plugin
 
 import opforge_loader
-from plugin_build import build_c_plugin
 
 X = np.arange(4, dtype=np.float32)
 

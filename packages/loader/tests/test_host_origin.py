@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import opforge_loader
 from conftest import snapshot
 from plugin_build import build_c_plugin, build_dependency, build_origin_plugin, write_manifest
+
+import opforge_loader
 
 X = np.arange(4, dtype=np.float32)
 

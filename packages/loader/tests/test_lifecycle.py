@@ -6,16 +6,16 @@ import threading
 
 import numpy as np
 import pytest
+from plugin_build import build_c_plugin
 
 import opforge_loader
-from plugin_build import build_c_plugin
 
 X = np.arange(4, dtype=np.float32)
 
 
 def states_of(log_lines, op="test::Offset@1"):
-    return [(re.search(r"from=(\S+)", l).group(1), re.search(r"to=(\S+)", l).group(1), int(re.search(r"refs=(\d+)", l).group(1)))
-            for l in log_lines if l.startswith("opforge-loader state") and f"op={op}" in l]
+    return [(re.search(r"from=(\S+)", line).group(1), re.search(r"to=(\S+)", line).group(1), int(re.search(r"refs=(\d+)", line).group(1)))
+            for line in log_lines if line.startswith("opforge-loader state") and f"op={op}" in line]
 
 
 def test_state_machine_log_lines(registry, plugin_dir, log_lines):
@@ -29,12 +29,12 @@ def test_state_machine_log_lines(registry, plugin_dir, log_lines):
         assert registry.ops()[0].refs == 1
         registry.unload("test_offset")
         assert registry.ops() == []
-        assert not any("dlclose" in l for l in log_lines), "unloaded while a reference was held"
+        assert not any("dlclose" in line for line in log_lines), "unloaded while a reference was held"
         np.testing.assert_array_equal(op.run(X), X + 1)  # still callable: the library stays mapped
-    assert any(l.startswith("opforge-loader dlclose plugin=test_offset") for l in log_lines)
+    assert any(line.startswith("opforge-loader dlclose plugin=test_offset") for line in log_lines)
     assert states_of(log_lines) == [("-", "Loaded", 0), ("Loaded", "Registered", 0), ("Registered", "Initializing", 0),
                                     ("Initializing", "Running", 0), ("Running", "Unregistering", 1)]
-    line = next(l for l in log_lines if "to=Running" in l)
+    line = next(entry for entry in log_lines if "to=Running" in entry)
     assert line == "opforge-loader state plugin=test_offset version=1.0.0 op=test::Offset@1 from=Initializing to=Running refs=0"
 
 
@@ -49,10 +49,10 @@ def test_hot_reload_swaps_while_old_refs_drain(registry, plugin_dir, log_lines):
         np.testing.assert_array_equal(new.run(X), X + 2)
         assert new.plugin_version == "1.1.0"
     np.testing.assert_array_equal(old.run(X), X + 1)  # the caller that held v1 keeps v1
-    assert not any("dlclose" in l and "version=1.0.0" in l for l in log_lines)
+    assert not any("dlclose" in line and "version=1.0.0" in line for line in log_lines)
     old.release()
-    assert any("dlclose" in l and "version=1.0.0" in l for l in log_lines)
-    assert any(l.startswith("opforge-loader reload plugin=test_offset version=1.1.0") for l in log_lines)
+    assert any("dlclose" in line and "version=1.0.0" in line for line in log_lines)
+    assert any(line.startswith("opforge-loader reload plugin=test_offset version=1.1.0") for line in log_lines)
 
 
 def test_version_selection(registry, plugin_dir):
@@ -97,7 +97,7 @@ def test_sync_picks_up_new_replaced_and_removed(registry, plugin_dir, tmp_path, 
     (plugin_dir / "libops_test_offset.so.1.manifest.json").write_text("{")
     assert registry.sync(plugin_dir) == 0
     assert registry.sync(plugin_dir) == 0
-    assert sum("refuse" in l and "malformed manifest" in l for l in log_lines) == 1
+    assert sum("refuse" in line and "malformed manifest" in line for line in log_lines) == 1
     assert registry.ops()[0].plugin_version == "1.0.1"
     for f in plugin_dir.iterdir():
         f.unlink()

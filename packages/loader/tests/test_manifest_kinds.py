@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from plugin_build import write_manifest
 
 import opforge_loader
 from opforge_loader.runtimes import register_with_onnxruntime
-from plugin_build import write_manifest
 
 SCHEMA = Path(__file__).resolve().parents[1] / "manifest.schema.json"
 

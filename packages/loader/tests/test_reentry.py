@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from plugin_build import build_c_plugin
 
 import opforge_loader
-from plugin_build import build_c_plugin
 
 SCALE = os.path.join(opforge_loader.plugin_dir(), "libops_example_scale.so.1")
 REENTRANT = 8

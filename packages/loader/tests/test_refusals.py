@@ -3,10 +3,10 @@ import json
 import os
 
 import pytest
-
-import opforge_loader
 from conftest import snapshot
 from plugin_build import ELF32_I386, build_c_plugin, foreign_machine
+
+import opforge_loader
 
 SHIPPED_SCALE = os.path.join(opforge_loader.plugin_dir(), "libops_example_scale.so.1")
 
@@ -99,7 +99,7 @@ def test_duplicate_op_name_and_version(loaded, plugin_dir):
 
 
 def test_same_plugin_loaded_twice(loaded):
-    with pytest.raises(opforge_loader.OpforgeError, match="already loaded .use reload"):
+    with pytest.raises(opforge_loader.OpforgeError, match=r"already loaded .use reload"):
         loaded.load(SHIPPED_SCALE)
 
 

@@ -8,8 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from plugin_build import build_c_plugin, build_dependency, build_origin_plugin, nlohmann_json_include_dir
+from plugin_build import (
+    build_c_plugin,
+    build_dependency,
+    build_origin_plugin,
+    nlohmann_json_include_dir,
+)
 
 PKG = Path(__file__).resolve().parents[1]
 HOST_SOURCES = sorted(str(p) for p in (PKG / "csrc" / "host").glob("*.cpp"))

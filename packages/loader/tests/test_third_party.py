@@ -62,7 +62,7 @@ def test_python_api_load_run_reload_unload(third_party):
         assert [o.plugin_version for o in reg.ops()] == ["1.1.0"]
         reg.unload("acme_offset")
         assert reg.ops() == []
-    assert sum(l.startswith("opforge-loader dlclose plugin=acme_offset") for l in lines) == 2
+    assert sum(line.startswith("opforge-loader dlclose plugin=acme_offset") for line in lines) == 2
 
 
 def test_cli_list_run_doctor_watch(third_party, tmp_path):
@@ -101,11 +101,11 @@ class LineReader:
     def __init__(self, proc):
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [self._queue.put(l) for l in proc.stdout] and None, daemon=True).start()
+        threading.Thread(target=lambda: [self._queue.put(line) for line in proc.stdout] and None, daemon=True).start()
 
     def wait_for(self, pattern: str, timeout: float = 60) -> None:
         """Return once a line (already seen or new) matches."""
-        if any(re.search(pattern, l) for l in self.lines):
+        if any(re.search(pattern, line) for line in self.lines):
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -131,7 +131,7 @@ def test_cli_watch_loads_reloads_and_unloads(third_party, tmp_path):
     watched.mkdir(mode=0o755)
     _copy_plugin(third_party["1.0.0"], watched)
     proc = subprocess.Popen([*CLI, "watch", str(watched), "--interval", "0.1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent)
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent)  # noqa: PLW1509  (only prctl: the death signal is set in the child)
     out = LineReader(proc)
     try:
         out.wait_for(r"op=acme::AddOffset@1 from=Initializing to=Running")

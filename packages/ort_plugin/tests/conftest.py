@@ -1,6 +1,5 @@
 import onnxruntime as ort
 import pytest
-
 from ort_models import MIN_ORT, ORT_VERSION
 
 

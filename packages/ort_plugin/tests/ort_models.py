@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 

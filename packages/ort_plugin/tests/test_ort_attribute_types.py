@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
+from ort_models import make_model, random_inputs, result, session, value_info
 
 import opforge_ort
 import opforge_spec as spec
-from ort_models import make_model, random_inputs, result, session, value_info
 
 ATTRIBUTES = [(op.name, attr) for op in spec.OPS.values() for attr in op.attributes]
 WRONG_TYPES = {

@@ -7,10 +7,16 @@ import glob
 import numpy as np
 import onnxruntime as ort
 import pytest
+from ort_models import (
+    check_residual_stream,
+    output_shapes,
+    residual_stream_model,
+    result,
+    single_op_model,
+)
 
 import opforge_ort
 import opforge_spec as spec
-from ort_models import check_residual_stream, output_shapes, residual_stream_model, result, single_op_model
 
 
 def _cuda_session(model: bytes) -> ort.InferenceSession:

@@ -9,11 +9,10 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from ort_models import MIN_ORT, ORT_VERSION, make_model, opforge_node, single_op_model, value_info
 
 import opforge_ort
-from ort_models import MIN_ORT, ORT_VERSION
 from opforge_ort import doctor
-from ort_models import make_model, opforge_node, single_op_model, value_info
 
 
 def _write(tmp_path: Path, name: str, model: bytes) -> str:

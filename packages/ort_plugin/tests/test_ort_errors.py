@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ort_models import make_model, opforge_node, session, single_op_model, value_info
 
 import opforge_spec as spec
-from ort_models import make_model, opforge_node, session, single_op_model, value_info
 
 NUMPY_TO_ONNX = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64",
                  np.dtype(np.int64): "int64", np.dtype(np.int32): "int32"}
@@ -136,7 +136,7 @@ def test_process_survives_and_session_still_works_after_errors():
     sess = session(single_op_model("RMSNorm", "float32", 2))
     x = np.ones((3, 8), np.float32)
     for _ in range(3):
-        with pytest.raises(Exception, match="opforge.RMSNorm: W"):
+        with pytest.raises(Exception, match=r"opforge.RMSNorm: W"):
             sess.run(None, {"X": x, "W": np.ones(7, np.float32)})
     (y,) = sess.run(None, {"X": x, "W": np.ones(8, np.float32)})
     spec.RMS_NORM.check_close(y, spec.RMS_NORM.reference(x, np.ones(8)), "float32")

@@ -13,11 +13,19 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from ort_models import (
+    MIN_ORT,
+    ORT_VERSION,
+    make_model,
+    opforge_node,
+    output_shapes,
+    result,
+    session,
+    value_info,
+)
 
 import opforge_ort
 import opforge_spec as spec
-from ort_models import (MIN_ORT, ORT_VERSION, make_model, opforge_node, output_shapes, result, session,
-                        value_info)
 
 LIB = opforge_ort.library_path()
 
@@ -169,9 +177,8 @@ def test_real_old_onnxruntime_refuses_with_a_message():
 
 
 def test_registering_in_many_session_options_shares_one_domain():
-    from ort_models import session, single_op_model
-
     import numpy as np
+    from ort_models import session, single_op_model
 
     model = single_op_model("Swish", "float32", 1)
     sessions = [session(model) for _ in range(5)]

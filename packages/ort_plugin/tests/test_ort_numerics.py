@@ -6,10 +6,22 @@ import threading
 import numpy as np
 import pytest
 from onnx import helper
+from ort_models import (
+    check_residual_stream,
+    initializer,
+    make_model,
+    opforge_node,
+    opsets,
+    output_shapes,
+    random_inputs,
+    residual_stream_model,
+    result,
+    session,
+    single_op_model,
+    value_info,
+)
 
 import opforge_spec as spec
-from ort_models import (check_residual_stream, initializer, make_model, opforge_node, opsets, output_shapes,
-                         random_inputs, residual_stream_model, result, session, single_op_model, value_info)
 
 CPU_DTYPES = ("float32", "float64", "bfloat16")
 
@@ -99,8 +111,8 @@ def chain_inputs(rng):
 def test_chain_matches_reference(opset, w_source):
     rng = np.random.default_rng(7)
     per_rank = {}  # W as graph input: one session per rank serves every shape (dynamic dims)
-    for name, x in chain_inputs(rng):
-        x = x.astype(np.float32)
+    for name, given in chain_inputs(rng):
+        x = given.astype(np.float32)
         w = rng.uniform(0.5, 1.5, x.shape[-1]).astype(np.float32)
         if w_source == "initializer":
             sess = session(chain_model(x.ndim, opset, w_source, w))
@@ -162,7 +174,7 @@ def test_same_session_from_8_threads_gives_identical_results():
                 other = local_rng.standard_normal((3, 5, 257)).astype(np.float32)  # interleave other shapes
                 sess.run(None, {"X": other[None], "W": w})
                 results.append(sess.run(None, {"X": x, "W": w})[0])
-        except Exception as exc:  # surfaced below; a thread's exception would otherwise vanish
+        except Exception as exc:  # noqa: BLE001  (any: surfaced below; a thread's exception would otherwise vanish)
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]

@@ -3,10 +3,10 @@
 import os
 
 import numpy as np
-import opforge_spec as spec
 import pytest
 import torch
 
+import opforge_spec as spec
 import opforge_torch  # noqa: F401  (registers the ops)
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,

@@ -98,7 +98,7 @@ def test_grad_of_one_output_alone():
     """The output not used gets no gradient from torch.func; its zeros are the backward's."""
     fn, inputs = CASES["AddRMSNorm"]
     for index in (0, 1):
-        def one(*tensors):
+        def one(*tensors, index=index):  # this iteration's index, bound now
             return fn(*tensors)[index].pow(2).sum()
 
         got = torch.func.grad(one, argnums=(0, 1, 2))(*inputs)

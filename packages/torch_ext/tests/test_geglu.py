@@ -2,9 +2,8 @@
 import pytest
 import torch
 
-import opforge_torch
-
 import opforge_spec as spec
+import opforge_torch
 
 
 def _torch_form(x):

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 import torch
+from abi_check import LOAD_AND_RUN  # shared with the matrix's cross-torch stage
 
 import opforge_torch
-from abi_check import LOAD_AND_RUN  # shared with the matrix's cross-torch stage
 
 LIB = opforge_torch.library_path()
 

@@ -1,10 +1,11 @@
 """Results against the opforge_spec float64 reference for every spec case and dtype."""
 
 import numpy as np
-import opforge_spec as spec
 import pytest
 import torch
 from conftest import CPU_DTYPES, CUDA_DTYPES, require_cuda, run_op, to_numpy, to_torch
+
+import opforge_spec as spec
 
 
 def _cases(dtypes):

@@ -1,10 +1,10 @@
 """The torch integration: opcheck, gradcheck, torch.compile, torch.export, errors."""
 
-import opforge_spec as spec
 import pytest
 import torch
 from conftest import require_cuda, run_op
 
+import opforge_spec as spec
 import opforge_torch
 
 
@@ -200,7 +200,7 @@ def test_errors_use_the_canonical_message(call, message):
 
 def test_weight_on_another_device():
     require_cuda()
-    with pytest.raises(RuntimeError, match="opforge.RMSNorm: W: expected a tensor on cuda:0"):
+    with pytest.raises(RuntimeError, match=r"opforge.RMSNorm: W: expected a tensor on cuda:0"):
         opforge_torch.rms_norm(X.cuda(), W, 1e-6)
 
 

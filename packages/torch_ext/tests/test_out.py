@@ -4,10 +4,10 @@ sharing memory with another output, and out= under autograd; compile. Every op o
 
 import pytest
 import torch
+from conftest import require_cuda
 
 import opforge_spec as spec
 import opforge_torch
-from conftest import require_cuda
 from opforge_torch._checks import out_names
 
 X = torch.randn(3, 2 * 8)

@@ -4,11 +4,11 @@ computes is its composed torch form's value; its spec decomposition, through eit
 standard ONNX only and gives the op's value."""
 
 import numpy as np
-import opforge_spec as spec
 import pytest
 import torch
 from conftest import to_torch
 
+import opforge_spec as spec
 import opforge_torch
 from opforge_torch import onnx as opforge_onnx
 

@@ -5,8 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import opforge_trt
 import pytest
+
+import opforge_trt
 from opforge_spec.testing import run_once  # noqa: F401  (a fixture: builds shared by xdist workers)
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def _fetch_trt_headers(_folder: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def trt_include_dir(run_once) -> Path:
+def trt_include_dir(run_once) -> Path:  # noqa: F811  (run_once: the fixture imported above)
     """TensorRT headers: OPFORGE_TRT_INCLUDE_DIR, else the pinned wheel (cached by the build;
     fetched by one worker at a time)."""
     env = os.environ.get("OPFORGE_TRT_INCLUDE_DIR")
@@ -53,7 +54,7 @@ def trt_include_dir(run_once) -> Path:
 
 
 @pytest.fixture(scope="session")
-def host(run_once, trt_include_dir) -> Path:
+def host(run_once, trt_include_dir) -> Path:  # noqa: F811  (run_once: the fixture imported above)
     """The C++ test host (tests/trt_host.cc), compiled once per test run against the library's
     headers."""
     cxx = shutil.which("g++") or shutil.which("c++")

@@ -7,8 +7,9 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
-import opforge_trt
 import pytest
+
+import opforge_trt
 
 spec = pytest.importorskip("opforge_spec", reason="pip install ./kernels (opforge_spec)")
 onnx = pytest.importorskip("onnx", reason="onnx not installed (pip install onnx)")

@@ -7,8 +7,9 @@ from __future__ import annotations
 import subprocess
 
 import numpy as np
-import opforge_trt
 import pytest
+
+import opforge_trt
 
 spec = pytest.importorskip("opforge_spec", reason="pip install ./kernels (opforge_spec)")
 

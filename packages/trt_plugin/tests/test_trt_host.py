@@ -6,8 +6,9 @@ import math
 import subprocess
 
 import numpy as np
-import opforge_trt
 import pytest
+
+import opforge_trt
 
 try:
     import opforge_spec

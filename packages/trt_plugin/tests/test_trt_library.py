@@ -10,10 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import opforge_spec
-import opforge_trt
 import pytest
 from conftest import cuda_home, trt_headers
+
+import opforge_spec
+import opforge_trt
 
 LIB = opforge_trt.library_path()
 ENTRY_POINTS = ["getCreators", "getPluginCreators", "setLoggerFinder"]

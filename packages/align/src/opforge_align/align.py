@@ -101,6 +101,7 @@ def run(path, options: Options) -> Report:
     proto = model.with_outputs(names)
     outputs = _run_all(model, proto, feeds, names, usable, options, report.timings_s)
     if golden is not None:
+        assert options.load_outputs is not None  # golden is read from it
         report.notes += feeding.check_stored_dtypes(
             options.load_outputs, golden,
             _produced_dtypes(outputs, names, skip=_declared_dtypes(model, golden)))
@@ -130,7 +131,7 @@ def _golden(model, options: Options) -> tuple:
 
 def _declared_dtypes(model, names) -> dict:
     """name -> the dtype the model (with shape inference) gives each of `names` it computes."""
-    found = {}
+    found: dict = {}
     for name in names:
         elem = model.elem_types.get(name)
         if elem and model.info(name) is not None:
@@ -142,6 +143,7 @@ def _declared_dtypes(model, names) -> dict:
 
 
 def _feeds(model, options: Options, golden: dict | None) -> tuple:
+    stored: dict | None
     if options.stored_inputs is not None:
         stored, source = options.stored_inputs, options.stored_from or "the stored inputs"
     else:
@@ -153,7 +155,7 @@ def _feeds(model, options: Options, golden: dict | None) -> tuple:
 def _produced_dtypes(outputs: dict, names: list, *, skip) -> dict:
     """name -> dtype a runtime produced, for the compared tensors whose type the model leaves
     open (`skip`: the ones it declares)."""
-    found = {}
+    found: dict = {}
     for arrays in outputs.values():
         for name in names:
             if name not in skip and name in arrays:
@@ -250,7 +252,8 @@ def _compare(model, names, actual: dict, expected: dict, subject, baseline, over
         else:
             a = np.asarray(actual[name])
             result.dtype, result.shape = str(a.dtype), list(a.shape)
-            result.metrics = measure(a, expected[name], result.tolerance.rtol, result.tolerance.atol)
+            tolerance = budgets[name]  # result.tolerance
+            result.metrics = measure(a, expected[name], tolerance.rtol, tolerance.atol)
         results.append(result)
     return results
 

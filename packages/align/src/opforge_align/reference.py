@@ -16,10 +16,11 @@ from .outputs import as_tuple
 
 class _SpecOp(OpRun):
     op_domain = spec.DOMAIN
-    spec_op = None
+    spec_op: spec.OpSpec | None = None  # each op's subclass sets its op (_op_class)
 
     def _compute(self, arrays: tuple, attrs: dict) -> tuple:
         op = self.spec_op
+        assert op is not None  # an op's subclass
         values = {}
         for name, attr in op.attributes.items():
             value = attr.default if attrs.get(name) is None else float(attrs[name])

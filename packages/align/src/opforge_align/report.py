@@ -32,7 +32,7 @@ def as_dict(report) -> dict:
 def _tensors(report) -> list:
     """One entry per tensor, in topological order: its name and its comparison (the worst one
     when several runtimes are compared, all of them under "comparisons")."""
-    grouped = {}
+    grouped: dict = {}
     for r in report.results:
         grouped.setdefault(r.tensor, []).append(_one(r))
     out = []

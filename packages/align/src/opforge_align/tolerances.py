@@ -62,7 +62,7 @@ class Override:
             rtol, atol = (float(p) for p in parts) if len(parts) == 2 else (None, None)
         except ValueError:
             rtol = atol = None
-        if not sep or not name or rtol is None or not all(
+        if not sep or not name or rtol is None or atol is None or not all(
                 math.isfinite(v) and v >= 0 for v in (rtol, atol)):
             raise AlignError(f"--tolerance: expected TENSOR=RTOL,ATOL with RTOL, ATOL finite and "
                              f">= 0, got {text!r}")
@@ -87,7 +87,7 @@ def own_budget(op: str, dtype: str | None) -> tuple:
 def budgets(model, dtypes: dict, overrides=()) -> dict:
     """tensor name -> Tolerance, for every tensor a node of the main graph computes."""
     producers = model.node_inputs()
-    found = {}
+    found: dict = {}
     for t in model.tensors:
         upstream = [found[i] for i in producers.get(t.name, ()) if i in found]
         up_rtol = max((u.rtol for u in upstream), default=0.0)

@@ -185,8 +185,8 @@ def _shapes(feeds: dict) -> str:
 
 
 def _root_cause(err: BaseException) -> BaseException:
-    while (err.__cause__ or err.__context__) is not None:
-        err = err.__cause__ or err.__context__
+    while (parent := err.__cause__ or err.__context__) is not None:
+        err = parent
     return err
 
 

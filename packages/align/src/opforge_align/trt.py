@@ -139,6 +139,7 @@ class _Device:
         pointer = ctypes.c_void_p()
         self._check(self.cudart.cudaMalloc(ctypes.byref(pointer), ctypes.c_size_t(max(nbytes, 1))),
                     "cudaMalloc")
+        assert pointer.value is not None  # cudaMalloc succeeded (checked above)
         self.buffers.append(pointer.value)
         return pointer.value
 

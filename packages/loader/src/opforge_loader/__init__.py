@@ -1,15 +1,26 @@
 """opforge_loader: hot-plug operator plugins (C ABI SDK, C++ host, Python API, CLI)."""
 from __future__ import annotations
 
-
 from ._capi import PACKAGE_DIR, library_path
 from .errors import ManifestError, OpforgeError
 from .registry import Op, OpInfo, Registry, check_manifest
 from .runtimes import register_with_onnxruntime
 
 __version__ = "0.1.0"
-__all__ = ["Registry", "Op", "OpInfo", "OpforgeError", "ManifestError", "check_manifest", "register_with_onnxruntime",
-           "library_path", "include_dir", "cmake_dir", "plugin_dir", "__version__"]
+__all__ = [
+    "ManifestError",
+    "Op",
+    "OpInfo",
+    "OpforgeError",
+    "Registry",
+    "__version__",
+    "check_manifest",
+    "cmake_dir",
+    "include_dir",
+    "library_path",
+    "plugin_dir",
+    "register_with_onnxruntime",
+]
 
 
 def include_dir() -> str:

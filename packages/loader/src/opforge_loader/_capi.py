@@ -94,7 +94,7 @@ def library_path() -> str:
     return str(PACKAGE_DIR / "lib" / LIBRARY_FILE)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lib() -> C.CDLL:
     handle = C.CDLL(library_path())
     for name, (restype, argtypes) in _SIGNATURES.items():

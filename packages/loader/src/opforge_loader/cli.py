@@ -150,7 +150,7 @@ def _run_within(reg: Registry, op, inputs, attrs, timeout: float):
     def work():
         try:
             result["out"] = op.run(*inputs, **attrs)
-        except Exception as e:  # raised again by the caller's thread
+        except Exception as e:  # noqa: BLE001  (whatever it is: raised again by the caller's thread)
             result["error"] = e
 
     worker = threading.Thread(target=work, daemon=True)

@@ -12,8 +12,9 @@ import stat
 import struct
 import subprocess
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from . import _capi, isolation, manifests
 from .errors import OpforgeError
@@ -101,7 +102,7 @@ def ldd(path: str) -> tuple[dict[str, str], list[str]]:
     return resolved, missing
 
 
-@lru_cache(maxsize=None)
+@cache
 def defined_in(lib_path: str) -> frozenset[str]:
     return frozenset(exported(read_dynsyms(lib_path)) | {s.name for s in read_dynsyms(lib_path) if s.defined})
 
@@ -132,7 +133,8 @@ def _section_bytes(path: str, section: str) -> bytes | None:
 def fatbin_archs(blob: bytes) -> tuple[set[int], set[int]]:
     """(SASS archs, PTX archs) from an .nv_fatbin section: fatbin header, then entries with
     kind (1 PTX, 2 ELF) and the SM number."""
-    sass, ptx = set(), set()
+    sass: set[int] = set()
+    ptx: set[int] = set()
     off = 0
     while off + 16 <= len(blob):
         magic, _ver, hsize, fsize = struct.unpack_from("<IHHQ", blob, off)
@@ -168,8 +170,8 @@ def cuda_archs(path: str) -> tuple[set[int], set[int]] | None:
 def parse_arch_list(spec: str) -> set[int]:
     """TORCH_CUDA_ARCH_LIST syntax ("8.0;9.0", "8.0 9.0+PTX") or SM numbers ("80,90")."""
     out = set()
-    for item in re.split(r"[;,\s]+", spec.strip()):
-        item = item.replace("+PTX", "").replace("sm_", "")
+    for word in re.split(r"[;,\s]+", spec.strip()):
+        item = word.replace("+PTX", "").replace("sm_", "")
         if not item:
             continue
         out.add(int(float(item) * 10) if "." in item else int(item))
@@ -351,13 +353,13 @@ _CLASSES = {1: "32-bit", 2: "64-bit"}
 
 def _elf_target(header: bytes) -> tuple[str, str]:
     """(class, machine) named from an ELF header's first 20 bytes."""
-    byteorder = "big" if header[5] == 2 else "little"
+    byteorder: Literal["big", "little"] = "big" if header[5] == 2 else "little"
     machine = int.from_bytes(header[18:20], byteorder)
     return (_CLASSES.get(header[4], f"EI_CLASS {header[4]}"),
             _MACHINES.get(machine, f"e_machine {machine}"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _host_target() -> tuple[str, str]:
     with open("/proc/self/exe", "rb") as f:  # the process that would dlopen the library
         return _elf_target(f.read(20))

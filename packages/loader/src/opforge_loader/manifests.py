@@ -9,6 +9,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import ManifestError
 
@@ -44,7 +45,7 @@ class Manifest:
 
 def find_manifests(directory: str | os.PathLike) -> list[Path]:
     """Every <library>.manifest.json under directory, sorted like the host's scan."""
-    found = [Path(root) / name for root, _dirs, files in os.walk(directory) for name in files if name.endswith(SUFFIX)]
+    found = [Path(root) / name for root, _dirs, files in os.walk(os.fspath(directory)) for name in files if name.endswith(SUFFIX)]
     return sorted(found, key=str)
 
 
@@ -95,7 +96,7 @@ def _type_name(value: object) -> str:
     return next((n for t, n in names.items() if isinstance(value, t)), type(value).__name__)
 
 
-def _field(obj: dict, key: str, want: str, where: str = "") -> object:
+def _field(obj: dict, key: str, want: str, where: str = "") -> Any:
     label = f"{where}.{key}" if where else key
     if key not in obj:
         raise ValueError(f'missing field "{label}"')

@@ -6,9 +6,10 @@ import functools
 import logging
 import os
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
@@ -113,9 +114,9 @@ def _as_tensor(a: np.ndarray, keep: list) -> _capi.Tensor:
 class Op:
     """An acquired op: its library stays loaded (even across reload/unload) until released."""
 
-    def __init__(self, registry: "Registry", ref: C.c_void_p):
+    def __init__(self, registry: Registry, ref: C.c_void_p):
         self._lib = registry._lib
-        self._ref = ref
+        self._ref: C.c_void_p | None = ref
 
     @functools.cached_property
     def _def(self) -> _capi.OpDef:
@@ -146,7 +147,7 @@ class Op:
         d = self._def
         return {_text(d.attrs[i].name): d.attrs[i].type for i in range(d.num_attrs)}
 
-    def _attr_values(self, attrs: Mapping[str, object]) -> C.Array:
+    def _attr_values(self, attrs: Mapping[str, Any]) -> C.Array:
         values = (_capi.AttrValue * max(len(attrs), 1))()
         for slot, (name, value) in zip(values, attrs.items()):
             slot.name = name.encode()
@@ -190,7 +191,7 @@ class Op:
     def __del__(self):
         try:
             self.release()
-        except Exception:  # interpreter shutdown
+        except Exception:  # noqa: BLE001  (interpreter shutdown: whatever __del__ meets is dropped)
             pass
 
 
@@ -232,8 +233,9 @@ class Registry:
 
     def _on_admit(self, _user, library: bytes, err: int, size: int) -> int:
         try:
+            assert self._admit is not None  # the callback is set only with an admit function
             reason = self._admit(os.fsdecode(library))
-        except Exception as e:  # an exception must not cross back into C
+        except Exception as e:  # noqa: BLE001  (any exception: none may cross back into C)
             reason = f"the admit callback raised {type(e).__name__}: {e}"
         if reason is None:
             return _capi.OK
@@ -308,7 +310,7 @@ class Registry:
             self._lib.opforge_registry_destroy(self._ptr)
             self._ptr = None
 
-    def __enter__(self) -> "Registry":
+    def __enter__(self) -> Registry:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -317,7 +319,7 @@ class Registry:
     def __del__(self):
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001  (interpreter shutdown: whatever __del__ meets is dropped)
             pass
 
 

@@ -102,7 +102,7 @@ def write(name: str, directory: str, *, op: str | None = None, domain: str = "cu
     op = op or camel(name)
     root = Path(directory)
     files = {root / "CMakeLists.txt": _CMAKE, root / "src" / f"{name}.c": _SOURCE, root / "README.md": _README}
-    for path, text in files.items():
+    for path in files:
         if path.exists():
             raise FileExistsError(f"{path} exists; choose an empty directory")
     for path, text in files.items():

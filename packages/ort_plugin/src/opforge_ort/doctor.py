@@ -186,7 +186,7 @@ def _check_model(report: Report, model_path: str, provider: str) -> None:
 def _known_types(onnx, model) -> dict:
     try:
         model = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # custom domains can stop inference; fall back to what the graph declares
+    except Exception:  # noqa: BLE001  (custom domains can stop inference, with any error; fall back to what the graph declares)
         pass
     g = model.graph
     types = {t.name: t.data_type for t in g.initializer}
@@ -211,7 +211,7 @@ def _check_types(report: Report, onnx, model, nodes, provider: str) -> None:
             report.problem("type-not-supported",
                            f"node {n.name!r} ({DOMAIN}::{n.op_type}): X is {x_type.lower()}; {provider} kernels take "
                            f"{', '.join(supported.values())}",
-                           f"Cast X to float32 before the node (and the output back after it)")
+                           "Cast X to float32 before the node (and the output back after it)")
         for index, name in enumerate(n.input[1:], start=1):
             other = type_of(name)
             if x_type and other and other != x_type:
@@ -278,12 +278,12 @@ def _check_session(report: Report, ort, model_path: str, library: str, provider:
         options = ort.SessionOptions()
         options.log_severity_level = 4  # the exception carries the message; keep stderr quiet
         options.register_custom_ops_library(library)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (ORT's errors share no base below Exception; classified)
         _classify(report, str(exc), "register_custom_ops_library")
         return
     try:
         session = ort.InferenceSession(model_path, options, providers=[provider])
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (ORT's errors share no base below Exception; classified)
         _classify(report, str(exc), "InferenceSession")
         return
     report.ok("session", f"created on {session.get_providers()[0]}")
@@ -291,7 +291,7 @@ def _check_session(report: Report, ort, model_path: str, library: str, provider:
 
     try:
         session.run(None, _synthetic_feeds(session, np))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (ORT's errors share no base below Exception; classified)
         if "opforge." in str(exc):
             _classify(report, str(exc), "run with synthetic inputs")
         else:
@@ -309,7 +309,7 @@ def diagnose(model_path: str, library: str | None = None, provider: str = "CPUEx
         report.problem("model-not-found", f"model not found: {model_path}", "pass the path of an .onnx file")
         return report
     loadable = _check_library(report, library)
-    min_api = _manifest(report, library) if loadable else DEFAULT_MIN_API
+    min_api = _manifest(report, library) if loadable and library is not None else DEFAULT_MIN_API
     ort = _check_runtime(report, min_api)
     _check_model(report, model_path, provider)
     if ort is not None and library is not None and Path(library).is_file():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["library_path", "build_info", "cuda_arch_check"]  # and every op (below)
+__all__ = ["build_info", "cuda_arch_check", "library_path"]  # and every op (below)
 __version__ = "0.1.0"
 
 _HERE = Path(__file__).resolve().parent
@@ -55,7 +55,7 @@ def cuda_arch_check(device=None) -> None:
 
 
 def _release(version: str) -> tuple:
-    return tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+    return tuple(int(p) for p in version.split("+", maxsplit=1)[0].split(".")[:2])
 
 
 def _cuda_major(version):
@@ -96,9 +96,11 @@ def _load() -> None:
 
 _load()
 
-from . import ops  # noqa: E402  (needs the library's schemas)
-from . import onnx  # noqa: E402,F401  (registers the TorchScript exporter symbolics)
+from . import ops  # noqa: E402,F401  (needs the library's schemas; registers fake kernels, autograd)
+
+# isort: split
+from . import onnx  # noqa: E402,F401  (after ops: registers the TorchScript exporter symbolics)
 from ._ops_generated import *  # noqa: E402,F403  (opforge_torch.<op> for every op of the spec)
 from ._ops_generated import __all__ as _OPS  # noqa: E402
 
-__all__ += _OPS
+__all__.extend(_OPS)

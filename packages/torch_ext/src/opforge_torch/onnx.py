@@ -29,7 +29,7 @@ OPSET_RANGE = (13, 21)  # standard-ONNX opsets the decomposed graphs are written
 DYNAMO_MIN_OPSET = 18  # the dynamo exporter refuses lower targets
 _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
 
-_state = {"decomposed": frozenset()}  # names of the ops the TorchScript symbolics decompose
+_state: dict[str, frozenset[str]] = {"decomposed": frozenset()}  # names of the ops the TorchScript symbolics decompose
 
 # decomposed="auto": per target runtime, the ops exported in standard ONNX because the runtime
 # fuses that form itself and its own graph passes know only that form (measured: bench/README.md,
@@ -158,7 +158,7 @@ def _ts_symbolic(spec: opforge_spec.OpSpec):
         return _ts_opforge_node(g, spec, tensors, attrs)
 
     # parse_args names each argument from the signature (g, then the schema's arguments)
-    symbolic.__signature__ = _signature(spec, leading=("g",))
+    symbolic.__signature__ = _signature(spec, leading=("g",))  # type: ignore[attr-defined]  # read by inspect.signature
     return symbolic_helper.parse_args(*("v" * len(spec.inputs)), *("f" * len(spec.attributes)))(symbolic)
 
 

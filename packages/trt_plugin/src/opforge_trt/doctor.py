@@ -23,6 +23,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import LIBRARY_NAME, NAMESPACE, OPS, PLUGIN_VERSION
 
@@ -107,7 +108,7 @@ def probe(library: str) -> dict:
         handle = ctypes.CDLL(library, mode=getattr(ctypes, "RTLD_LOCAL", 0) | 2)  # 2 = RTLD_NOW
     except OSError as exc:
         return {"dlopen_error": str(exc)}
-    result = {"symbols": {s: hasattr(handle, s) for s in (ENTRY_SYMBOL, LOGGER_SYMBOL, "getPluginCreators")}}
+    result: dict[str, Any] = {"symbols": {s: hasattr(handle, s) for s in (ENTRY_SYMBOL, LOGGER_SYMBOL, "getPluginCreators")}}
     if not result["symbols"][ENTRY_SYMBOL]:
         return result
     get_creators = handle.getCreators
@@ -119,7 +120,7 @@ def probe(library: str) -> dict:
     for i in range(max(count.value, 0)):
         obj = array[i]
         info = _call(obj, "getInterfaceInfo", _InterfaceInfo)
-        entry = {"interface": f"{(info.kind or b'').decode()} {info.major}.{info.minor}"}
+        entry: dict[str, Any] = {"interface": f"{(info.kind or b'').decode()} {info.major}.{info.minor}"}
         if info.kind == b"PLUGIN CREATOR_V3ONE":
             entry.update(name=_call(obj, "getPluginName", ctypes.c_char_p).decode(),
                          version=_call(obj, "getPluginVersion", ctypes.c_char_p).decode(),

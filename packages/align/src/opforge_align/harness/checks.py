@@ -187,7 +187,7 @@ class Results:
 
     def summary(self) -> list:
         """One row per layer x op x dtype x subject x against: the worst over the cases."""
-        rows = {}
+        rows: dict = {}
         for c in self.checks:
             key = (c.layer, c.op, c.dtype, c.subject, c.against)
             row = rows.setdefault(key, {"layer": c.layer, "op": c.op, "dtype": c.dtype,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ def _compare_pair(results: Results, base: dict, other: dict) -> None:
         entry, form = npz.stem.rsplit(".", 1)
         op_name, dtype = entry.split(".")[:2]
         op = spec.OPS[op_name]
-        where = {"layer": "cross", "subject": f"ort-{other['version']}.{form}"}
+        where: dict[str, Any] = {"layer": "cross", "subject": f"ort-{other['version']}.{form}"}
         against = f"ort-{base['version']}"
         model = f"models/{entry}.{form}.onnx"
         if shas_a.get(model) != shas_b.get(model):

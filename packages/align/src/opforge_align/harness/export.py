@@ -17,6 +17,7 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -136,7 +137,7 @@ def set_ir_version(path: Path, ir_version: int) -> None:
 
 def group_cases(op, dtype: str) -> dict:
     """{(attrs, rank): [case, ...]}: the cases one exported model serves."""
-    groups = {}
+    groups: dict = {}
     for case in op.cases(dtype):
         key = (tuple(sorted(case.attrs.items())), np.ndim(case.inputs[0]))
         groups.setdefault(key, []).append(case)
@@ -149,7 +150,7 @@ def export_all(out: Path, *, opset: int, ir_version: int | None = None, ops=None
     (the manifest keeps spec order whatever finishes first)."""
     (out / "models").mkdir(parents=True, exist_ok=True)
     (out / "data").mkdir(parents=True, exist_ok=True)
-    manifest = {"torch": torch.__version__, "opset": opset, "ir_version": ir_version,
+    manifest: dict = {"torch": torch.__version__, "opset": opset, "ir_version": ir_version,
                 "entries": [], "not_exported": []}
     ops = list(ops or spec.OPS.values())
     units = [(op.name, dtype) for op in ops for dtype in dtypes]
@@ -226,7 +227,7 @@ def _write_case(out: Path, op, dtype: str, attrs: dict, case) -> dict:
     inputs = [to_torch(a, dtype, "cpu") for a in case.inputs]
     torch_out = to_numpy(MODULES[op.name](op, attrs)(*inputs))
     path = out / "data" / f"{op.name}.{dtype}.{case.name}.npz"
-    arrays = {f"in{i}": np.asarray(a) for i, a in enumerate(case.inputs)}
+    arrays: dict[str, Any] = {f"in{i}": np.asarray(a) for i, a in enumerate(case.inputs)}
     # one array per output: "reference"/"torch", or "reference@Y", "reference@H", ... (outputs.keys)
     np.savez(path, **outputs.pack(op, "reference", op.reference(*case.inputs, **case.attrs)),
              **outputs.pack(op, "torch", torch_out), **arrays)

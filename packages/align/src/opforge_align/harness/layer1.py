@@ -95,7 +95,9 @@ def _run_one(results: Results, op, device: str, dtype: str, fault) -> None:
             results.add(failed(f"opforge_torch raised: {err}", op=op.name, dtype=dtype,
                                subject=f"opforge_torch.{device}", against="reference", **where))
             continue
-        composed = to_numpy(COMPOSED[op.name](*inputs, *attrs))
+        composed_form = COMPOSED[op.name]
+        assert composed_form is not None  # every op of the spec has a composed form
+        composed = to_numpy(composed_form(*inputs, *attrs))
         results.add(against_reference(op, ours, case.inputs, case.attrs, dtype,
                                       subject=f"opforge_torch.{device}", **where))
         results.add(against_reference(op, composed, case.inputs, case.attrs, dtype,

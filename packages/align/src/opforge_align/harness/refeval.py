@@ -5,9 +5,10 @@ attributes, defaults)."""
 from __future__ import annotations
 
 import numpy as np
-import opforge_spec as spec
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
+
+import opforge_spec as spec
 
 from ..outputs import as_tuple
 
