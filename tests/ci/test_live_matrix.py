@@ -110,6 +110,22 @@ def test_hadolint_on_the_committed_dockerfile():
     _lint("hadolint", ["--no-color", "docker/Dockerfile"])
 
 
+def test_mypy_at_its_pin_on_the_packages_and_ci(live):
+    """The type checker of mypy.ini (the packages' sources, opforge_spec, opforge_bench, ci/) at
+    matrix.yaml's pin, against this venv's packages (their own types: numpy, torch, pydantic)."""
+    beside = Path(sys.executable).parent / "mypy"
+    executable = str(beside) if beside.exists() else shutil.which("mypy")
+    if executable is None:
+        pytest.skip("mypy is not installed here (suite-ci and nox -s lint install it from tools: "
+                    "in matrix.yaml)")
+    version = subprocess.run([executable, "--version"], check=True, capture_output=True,
+                             text=True).stdout
+    assert version.split()[:2] == ["mypy", live.tools["mypy"]], version
+    done = subprocess.run([executable, "--python-executable", sys.executable], cwd=REPO,
+                          check=False, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr
+
+
 def test_gpu_cells_install_onnxruntime_gpu_and_the_host_does_not(live):
     """ci-gpu's ORT venvs run ONNX Runtime's CUDA EP: they install the onnxruntime-gpu build of
     their release; the host profile keeps the CPU onnxruntime."""
