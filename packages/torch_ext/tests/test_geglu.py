@@ -21,12 +21,16 @@ def test_geglu_is_torch_gelu_tanh_times_b():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_geglu_gradient_is_torch_gelu_tanh_gradient(dtype):
-    x = (torch.randn(3, 2 * 17, dtype=torch.float64) * 3).to(dtype).requires_grad_()
+    generator = torch.Generator().manual_seed(0)
+    x = (torch.randn(3, 2 * 17, dtype=torch.float64, generator=generator) * 3).to(dtype).requires_grad_()
     (got,) = torch.autograd.grad(opforge_torch.geglu(x).sum(), x)
     x64 = x.detach().double().requires_grad_()
     (want,) = torch.autograd.grad(_torch_form(x64).sum(), x64)
     rtol, atol = spec.GEGLU.tolerance(str(dtype).removeprefix("torch."))
-    torch.testing.assert_close(got.double(), want, rtol=rtol * 10, atol=atol * 10)
+    # gate'(a) is a sum of terms up to the largest gradient's size that cancel near its minimum:
+    # its absolute error scales with that size, not with the small result
+    scale = float(want.abs().max())
+    torch.testing.assert_close(got.double(), want, rtol=rtol * 10, atol=max(atol, rtol * scale) * 10)
 
 
 def test_geglu_has_no_attribute_and_refuses_an_odd_last_dim():
