@@ -91,9 +91,10 @@ def metadata(path: Path) -> email.message.Message:
             text = archive.read(member).decode() if member else ""
     elif path.name.endswith(".tar.gz"):
         with tarfile.open(path) as archive:
-            member = next((m for m in archive.getmembers()
-                           if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")), None)
-            text = archive.extractfile(member).read().decode() if member else ""
+            info = next((m for m in archive.getmembers()
+                         if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")), None)
+            handle = archive.extractfile(info) if info else None
+            text = handle.read().decode() if handle else ""
     return email.parser.Parser().parsestr(text)
 
 

@@ -63,6 +63,7 @@ def stage_tree(matrix: mx.Matrix, stage: mx.Stage, cell: mx.Cell) -> dict[str, A
     """The files (and for builds the knobs) the stage reads."""
     kernels = REPO / "kernels"
     if stage.kind == "build":
+        assert stage.package is not None  # a build stage builds a package
         parts = {"tree": tree_hash([REPO / "packages" / stage.package, kernels]),
                  "sources": matrix.data["sources"]}
         if stage.tools and cell.native_toolchain:

@@ -41,6 +41,7 @@ REPO = mx.REPO
 def build(job: Job, ws: Workspace) -> Result:
     """A wheel of packages/<package> from a fresh copy of its sources; CUDA SASS checked."""
     stage = job.stage
+    assert stage.package is not None  # a build stage builds a package
     env = build_env(job, ws)
     with open(job.log, "a") as handle:
         handle.write(f"# knobs {json.dumps(env, sort_keys=True)}\n")

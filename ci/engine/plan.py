@@ -227,8 +227,8 @@ def render_plan(matrix: mx.Matrix, selection: Selection, planned: list[dict[str,
             if gather and item.action == "run":
                 text = f"run after all cells, over every {gather} of the group"
             lines.append(f"    {name:{width}} {text}")
-    for item in excluded:
-        lines.append(f"excluded: {item.id}: rule {item.rule} ({item.condition}): {item.why}")
+    for out in excluded:
+        lines.append(f"excluded: {out.id}: rule {out.rule} ({out.condition}): {out.why}")
     lines.append(f"{len(cells)} cells, {len(selection.stages)} stages ({' '.join(selection.stages)}), "
                  f"{runs} stage runs, {len(excluded)} combinations excluded")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -35,13 +36,19 @@ def built_wheels(job: Job) -> dict[str, tuple[str, str]]:
     return {Path(w).name.split("-")[0]: (w, w) for w in built}
 
 
-def prepared_venv(job: Job, ws: Workspace, extra_tools: list[str] = ()) -> Path:
+def venv_kind(job: Job) -> str:
+    """The stage's venv, "torch" or "ort" (a stage that prepares one names it)."""
+    assert job.stage.venv is not None, f"{job.stage.name}: no venv"
+    return job.stage.venv
+
+
+def prepared_venv(job: Job, ws: Workspace, extra_tools: Sequence[str] = ()) -> Path:
     """The stage's venv with its tools and the wheels of its `after` stages installed on top
     (only what changed since the venv last recorded it)."""
-    venv = ws.venv(job.matrix, job.cell, job.stage.venv, job.log)
+    venv = ws.venv(job.matrix, job.cell, venv_kind(job), job.log)
     run = lambda argv: ws.sh(argv, job.log)  # noqa: E731
     tools = [*venvs.tools_requirements(job.matrix, job.stage.tools), *extra_tools]
-    base = set(venvs.requirements(job.matrix, job.cell, job.stage.venv))
+    base = set(venvs.requirements(job.matrix, job.cell, venv_kind(job)))
     with ws.claims.preparing(venv):
         venvs.install_on_top(venv, {pin.split("==")[0]: (pin, pin) for pin in tools
                                     if pin not in base}, run)
@@ -54,7 +61,7 @@ def declared_dependencies(job: Job, venv: Path) -> dict[str, tuple[str, str]]:
     """What the built wheels declare (Requires-Dist without extras) beyond the venv's own pins:
     a CUDA build's CUDA runtime wheel, which its RUNPATH finds as in a user's install. A pin of
     the same distribution in the cell's toolkit (the runtime it was verified with) is preferred."""
-    known = {_dist_name(p) for p in venvs.requirements(job.matrix, job.cell, job.stage.venv)}
+    known = {_dist_name(p) for p in venvs.requirements(job.matrix, job.cell, venv_kind(job))}
     known |= {_dist_name(slot) for slot in [*built_wheels(job), *venvs.installed(venv)]}
     wanted = {}
     for wheel, _ in built_wheels(job).values():

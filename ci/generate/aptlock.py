@@ -82,7 +82,8 @@ class Lock:
 
 def parse(text: str, source: str = "docker/apt.lock") -> Lock:
     """Read a lock file; raise LockError naming the line that is not understood."""
-    release, apt, indexes = None, (), []
+    release, indexes = None, []
+    apt: tuple[str, ...] = ()
     parts: dict[str, dict[str, Locked]] = {part: {} for part in PARTS}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("#"):

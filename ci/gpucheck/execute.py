@@ -11,6 +11,7 @@ import subprocess
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 from ci.gpucheck.common import (
     BENCH_MARGIN_S,
@@ -45,9 +46,9 @@ def blocked(part: Part, done: dict) -> str:
 def execute(parts: list, layout: Layout, probe_: Probe, *, budget_s: float) -> list:
     """Every part, group by group (the parts of a group at once), within the budget."""
     deadline = time.monotonic() + budget_s - REPORT_RESERVE_S
-    done = {}
+    done: dict[str, Result] = {}
     for group in sorted({part.group for part in parts}):
-        ready = []
+        ready: list[tuple[Part, int]] = []
         for part in (x for x in parts if x.group == group):
             left = deadline - time.monotonic()
             why = part.skip or blocked(part, done) or (
@@ -58,7 +59,7 @@ def execute(parts: list, layout: Layout, probe_: Probe, *, budget_s: float) -> l
             else:
                 ready.append((part, int(min(part.budget_s, left))))
         with concurrent.futures.ThreadPoolExecutor(max(1, len(ready))) as pool:
-            for result in pool.map(lambda job: run_part(*job, layout, probe_), ready):
+            for result in pool.map(lambda job: run_part(job[0], job[1], layout, probe_), ready):
                 done[result.name] = result
     return [done[part.name] for part in parts]
 
@@ -121,7 +122,7 @@ def memcheck_errors(log: Path) -> int:
 
 def junit_counts(path: Path) -> dict:
     """tests, failures (errors included), skipped, cuda_passed and the skip messages."""
-    counts = {"tests": 0, "failures": 0, "skipped": 0, "cuda_passed": 0, "skips": []}
+    counts: dict[str, Any] = {"tests": 0, "failures": 0, "skipped": 0, "cuda_passed": 0, "skips": []}
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable, cast
 
 from packaging.version import Version
 
@@ -19,6 +19,9 @@ from ci.model.values import (
     parse_version,
     pin_parts,
 )
+
+# pin_parts of a pin the schema checked already (never None)
+_checked_pin = cast(Callable[[Any], "tuple[str, Version]"], pin_parts)
 
 MAX_COMBINATIONS = 50_000        # axis-value combinations over all profiles
 
@@ -44,7 +47,7 @@ def _check_axis_pins(axes: Mapping) -> None:
             where = f"{AXES[axis]}.{value}.packages"
             if props["packages"] is None:
                 raise MatrixError(where, f"missing (expected a pin {names[0]}=={value})")
-            pins = dict(map(pin_parts, props["packages"]))
+            pins = dict(map(_checked_pin, props["packages"]))
             named = [name for name in names if name in pins]
             if not named:
                 raise MatrixError(where, f"expected a pin of {' or '.join(names)} (the package "
@@ -62,7 +65,7 @@ def _check_gpu_pins(value: str, gpu_packages: Any) -> None:
     if gpu_packages is None:
         return
     where = f"ort.{value}.gpu_packages"
-    pins = dict(map(pin_parts, gpu_packages))
+    pins = dict(map(_checked_pin, gpu_packages))
     if "onnxruntime-gpu" not in pins:
         raise MatrixError(where, f"expected a pin onnxruntime-gpu=={value}, got "
                           f"{', '.join(gpu_packages) or 'none'}")

@@ -45,7 +45,8 @@ def expand(matrix: Matrix, profile: str) -> tuple[list[Cell], list[Excluded]]:
     if profile not in matrix.profiles:
         raise MatrixError("profiles", f"{profile}: unknown profile (known: "
                           f"{', '.join(matrix.profiles)})")
-    cells, excluded = [], []
+    cells: list = []
+    excluded: list = []
     for chosen, cell in _variant_axes(matrix.profiles[profile]):
         _expand_into(matrix, chosen, cell, cells, excluded)
     return cells, excluded
@@ -105,7 +106,7 @@ def check_profile(matrix: Matrix, profile: str) -> None:
                               f"{rule.why})")
 
 
-def _declared_values(profile: Any) -> dict[str, set[str]]:
+def _declared_values(profile: Any) -> dict[str, list[str]]:
     """The axis values some built variant (or the profile itself) uses: each must admit a cell."""
     out: dict[str, set[str]] = {}
     for chosen, _ in _variant_axes(profile):

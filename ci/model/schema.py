@@ -119,17 +119,17 @@ class Stage:
     package: Optional[StrictStr] = Field(None, description="a folder name under packages/")
     venv: Literal["torch", "ort", None] = None
     cuda: Literal["always", "never", "torch", "required"] = "never"
-    depends: tuple[Axis, ...] = Field((), description="a list of axes")
-    after: tuple[StrictStr, ...] = Field((), description="a list of earlier stages")
-    needs: tuple[Literal["gpu", "tensorrt-runtime"], ...] = Field((), description="a list")
+    depends: tuple[Axis, ...] = Field(default=(), description="a list of axes")
+    after: tuple[StrictStr, ...] = Field(default=(), description="a list of earlier stages")
+    needs: tuple[Literal["gpu", "tensorrt-runtime"], ...] = Field(default=(), description="a list")
     cache: Literal["inputs", "run"] = "inputs"
-    run: tuple[StrictStr, ...] = Field((), description="an argv list [script.py, args...]")
+    run: tuple[StrictStr, ...] = Field(default=(), description="an argv list [script.py, args...]")
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="NAME: text")
     key: Literal["full", "own"] = "full"
     gather: Literal[Axis, None] = None    # runs once the cells differing only in it are done
     slow: StrictBool = False              # skipped with --skip-slow
     tests: Optional[StrictStr] = None     # pytest: the folder (default packages/<package>/tests)
-    tools: tuple[StrictStr, ...] = Field((), description="a list of tools: names")
+    tools: tuple[StrictStr, ...] = Field(default=(), description="a list of tools: names")
     serial: StrictBool = False            # pytest: not under pytest-xdist
 
     @property
@@ -239,7 +239,7 @@ class Profile(Section):
     @classmethod
     def _each_once(cls, values: tuple | None) -> tuple | None:
         for index, value in enumerate(values or ()):
-            if value in values[:index]:
+            if value in (values or ())[:index]:
                 raise refuse(f"duplicate value {value!r}")
         return values
 
@@ -255,23 +255,25 @@ def _values_of(kind: Any, what: str) -> Any:
 
 class MatrixFile(Section):
     unknown: ClassVar[str] = "unknown section"
-    sources: Optional[Sources] = None
+    sources: Optional[Sources] = None  # type: ignore[valid-type]  # a create_model section
     tools: dict[StrictStr, VersionText] = Field({}, description='a mapping name: "version"')
     python: dict[StrictStr, VersionText] = Field({}, description='a mapping name: "version"')
-    toolkits: _values_of(dict[StrictStr, Any], "toolkit ids to their specs")
-    torch: _values_of(dict[VersionText, TorchRelease], "torch releases")
-    arch_lists: _values_of(dict[ArchList, ArchListProps], "arch lists")
-    opsets: _values_of(dict[Opset, OpsetProps], "opsets")
-    ort: _values_of(dict[VersionText, OrtRelease], "ONNX Runtime releases")
-    tensorrt: _values_of(dict[VersionText, TensorrtRelease], "TensorRT releases")
+    # _values_of() and the _section() models are made at run time (create_model): values, not
+    # types, to mypy
+    toolkits: _values_of(dict[StrictStr, Any], "toolkit ids to their specs")  # type: ignore[valid-type]
+    torch: _values_of(dict[VersionText, TorchRelease], "torch releases")  # type: ignore[valid-type]
+    arch_lists: _values_of(dict[ArchList, ArchListProps], "arch lists")  # type: ignore[valid-type]
+    opsets: _values_of(dict[Opset, OpsetProps], "opsets")  # type: ignore[valid-type]
+    ort: _values_of(dict[VersionText, OrtRelease], "ONNX Runtime releases")  # type: ignore[valid-type]
+    tensorrt: _values_of(dict[VersionText, TensorrtRelease], "TensorRT releases")  # type: ignore[valid-type]
     settings: dict[SettingName, Scalar] = Field(description="a mapping of setting: default")
     rules: tuple[Rule, ...] = Field(description="a list of rules")
     stage_defaults: dict[StrictStr, dict[StrictStr, Any]] = Field(
         {}, description="a mapping of names to stage keys")
     stages: dict[StrictStr, Stage] = Field(description="a mapping of stage names")
     profiles: dict[StrictStr, Profile] = Field(description="a mapping of profile names")
-    suite: Suite
-    container: Optional[Container] = None
+    suite: Suite  # type: ignore[valid-type]  # a create_model section
+    container: Optional[Container] = None  # type: ignore[valid-type]  # a create_model section
 
     @field_validator("tools", "python")
     @classmethod
@@ -342,7 +344,7 @@ class MatrixFile(Section):
 
 # ------------------------------------------------------------------------------ stage defaults
 
-STAGE_KEYS = tuple(name for name in Stage.__pydantic_fields__ if name != "name")
+STAGE_KEYS = tuple(name for name in Stage.__pydantic_fields__ if name != "name")  # type: ignore[attr-defined]  # set by the pydantic dataclass
 
 
 def _check_default_groups(groups: Mapping) -> None:

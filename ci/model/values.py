@@ -7,7 +7,7 @@ import dataclasses
 import re
 import string
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -84,7 +84,7 @@ def checked(ok: Callable[[Any], Any], expected: str) -> PlainValidator:
 
 
 def _one_pin_each(pins: tuple[str, ...]) -> tuple[str, ...]:
-    names = [pin_parts(pin)[0] for pin in pins]
+    names = [cast("tuple[str, Version]", pin_parts(pin))[0] for pin in pins]  # each checked a pin
     for index, name in enumerate(names):
         if name in names[:index]:
             raise refuse(f"{name} is pinned twice", at=index)

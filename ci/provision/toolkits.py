@@ -136,8 +136,9 @@ def probe(spec: ToolkitSpec | Mapping, toolkit_id: str = "toolkit") -> Probe:
             missing.append(apt.KEYRING)
         if missing:
             return Probe(False, f"needs {' and '.join(missing)} to fetch Debian packages", False)
+    deb = spec.debian or {}   # source: debian names its package (parse_spec checks)
     what = "pinned PyPI wheels" if spec.source == "pypi" else \
-        f"Debian {spec.debian['suite']} {spec.debian['package']} + pinned PyPI wheels"
+        f"Debian {deb['suite']} {deb['package']} + pinned PyPI wheels"
     return Probe(True, f"not provisioned yet: {what} will be downloaded", False)
 
 
@@ -236,6 +237,7 @@ def _make_pypi(spec: ToolkitSpec, work: Path) -> Path:
 
 def _make_debian(spec: ToolkitSpec, work: Path) -> Path:
     deb = spec.debian
+    assert deb is not None  # source: debian names its package (parse_spec checks)
     progress(spec, f"fetching Debian {deb['suite']} {deb['package']}={deb['version']}")
     try:
         tree = debian.fetch(deb["package"], deb["version"], deb["suite"])

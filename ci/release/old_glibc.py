@@ -27,7 +27,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from ci.provision import container, debian
+from ci.provision import apt, container, debian
 
 # The check program, a file of its own: run inside the old release, never imported here.
 CHECK = Path(__file__).with_name("old_glibc_check.py")
@@ -85,7 +85,7 @@ def rootfs(suite: str, log: Path) -> Path:
     partial.parent.mkdir(parents=True, exist_ok=True)
     print(f"opforge: debootstrapping Debian {suite} (once, into {root.parent})", flush=True)
     _run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv",
-          f"--keyring={debian.KEYRING}", suite, str(partial), debian.mirror()],
+          f"--keyring={apt.KEYRING}", suite, str(partial), debian.mirror()],
          log, f"debootstrap {suite}")
     (partial / ".opforge-ready").write_text(suite + "\n")
     shutil.rmtree(root, ignore_errors=True)

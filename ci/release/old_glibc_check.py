@@ -12,7 +12,7 @@ import numpy as np
 
 work = sys.argv[1]  # the work folder, as the chroot sees it
 
-print("glibc", os.confstr("CS_GNU_LIBC_VERSION").split()[-1], "python", sys.version.split()[0])
+print("glibc", (os.confstr("CS_GNU_LIBC_VERSION") or "?").split()[-1], "python", sys.version.split()[0])
 import opforge_spec as spec
 
 ops = spec.OPS

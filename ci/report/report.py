@@ -271,7 +271,7 @@ def distinct_runs(data: dict[str, Any]) -> list[tuple[dict, str, dict]]:
 def pytest_tally(data: dict[str, Any], matrix: mx.Matrix) -> dict[str, Any]:
     """Tests passed / failed / skipped over the distinct pytest runs (from their JUnit numbers);
     `unfinished`: pytest stages that failed without a JUnit report (crash, timeout)."""
-    tally = {"passed": 0, "failed": 0, "skipped": 0, "suites": 0, "unfinished": []}
+    tally: dict[str, Any] = {"passed": 0, "failed": 0, "skipped": 0, "suites": 0, "unfinished": []}
     for cell, name, result in distinct_runs(data):
         if matrix.stages[name].kind != "pytest":
             continue
