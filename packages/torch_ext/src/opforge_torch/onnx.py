@@ -247,7 +247,7 @@ class _DynamoEmitter:
     def scalar(self, value, like):
         # a double constant, rounded once to `like`'s type: a float one would round GeGLU's
         # sqrt(2/pi) to float32 for float64 inputs (1e-7 off)
-        import onnx  # noqa: PLC0415  (the dynamo exporter's dependency, as onnxscript)
+        import onnx  # the dynamo exporter's dependency, as onnxscript
 
         constant = onnx.helper.make_tensor("value", onnx.TensorProto.DOUBLE, [], [float(value)])
         return self._opset.CastLike(self._opset.Constant(value=constant), like)
