@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 LABEL = re.compile(r"[a-z0-9]+(\.[a-z0-9]+)*")
