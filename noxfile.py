@@ -75,7 +75,7 @@ def wheels(session: nox.Session) -> None:
 @nox.session(venv_backend="none", default=False)
 def release(session: nox.Session) -> None:
     """The release profile's variants, then dist/, one PEP 503 index per variant and a smoke test
-    from each (ci/release.py); `-- --only variant=cpu` builds one, `--share-torch`: ci/release.py."""
+    from each (ci/release/release.py); `-- --only variant=cpu` builds one, `--share-torch`: ci/release/release.py."""
     from ci.release import release as rel
 
     engine_args, release_args = rel.split_posargs(session.posargs)
