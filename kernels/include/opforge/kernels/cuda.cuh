@@ -521,30 +521,43 @@ inline size_t rms_norm_backward_workspace_size(int64_t rows, int64_t cols) {
   return size_t(cuda_index::dw_groups(rows)) * size_t(cols) * sizeof(float);
 }
 
+namespace detail {
+
+// RMSNorm's backward over rows, with a residual (kResidual: the row is H = X + R, dH is added to dX
+// and dR written as dX) or without; dW through the partial rows of `workspace`, summed in order.
+template <bool kResidual, class T>
+cudaError_t row_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr,
+                         float* dw, void* workspace, int64_t rows, int64_t cols, float eps,
+                         cudaStream_t s) {
+  if (cols == 0) return cudaSuccess;
+  if (rows == 0) return cudaMemsetAsync(dw, 0, size_t(cols) * sizeof(float), s);
+  float* partial_dw = static_cast<float*>(workspace);
+  const int vec = cuda_index::row_packet_elems(sizeof(T), cols, address_bits(dy, dh, x, r, w, dx, dr));
+  const cudaError_t rows_done = with_packet<T>(vec, [&](auto packet) {
+    constexpr int kVec = decltype(packet)::value;
+    const cuda_index::RowLaunch l = cuda_index::rms_backward_launch(rows, cols / kVec);
+    const auto kernel = l.cached ? rms_norm_backward_kernel<T, kVec, true, kResidual>
+                                 : rms_norm_backward_kernel<T, kVec, false, kResidual>;
+    kernel<<<grid_of(l.launch), block_of(l.launch), 0, s>>>(dy, x, w, dx, partial_dw, rows, cols,
+                                                            l.groups, eps, r, dh, dr);
+    return cudaGetLastError();
+  });
+  if (rows_done != cudaSuccess) return rows_done;
+  const cuda_index::Launch sum = cuda_index::dw_sum_launch(cols);
+  dw_sum_kernel<><<<grid_of(sum), block_of(sum), 0, s>>>(partial_dw, dw, cuda_index::dw_groups(rows), cols);
+  return cudaGetLastError();
+}
+
+}  // namespace detail
+
 // dX [rows, cols] and dW [cols] (float32, fully written, also for rows == 0), deterministic:
 // the same bits on every run for the same inputs and pointers' alignment.
 template <class T>
 cudaError_t rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, float* dw,
                               void* workspace, int64_t rows, int64_t cols, float eps,
                               cudaStream_t s) {
-  if (cols == 0) return cudaSuccess;
-  if (rows == 0) return cudaMemsetAsync(dw, 0, size_t(cols) * sizeof(float), s);
-  float* partial_dw = static_cast<float*>(workspace);
-  const int vec = cuda_index::row_packet_elems(sizeof(T), cols, detail::address_bits(dy, x, w, dx));
-  const cudaError_t rows_done = detail::with_packet<T>(vec, [&](auto packet) {
-    constexpr int kVec = decltype(packet)::value;
-    const cuda_index::RowLaunch l = cuda_index::rms_backward_launch(rows, cols / kVec);
-    const auto kernel = l.cached ? detail::rms_norm_backward_kernel<T, kVec, true>
-                                 : detail::rms_norm_backward_kernel<T, kVec, false>;
-    kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(
-        dy, x, w, dx, partial_dw, rows, cols, l.groups, eps, nullptr, nullptr, nullptr);
-    return cudaGetLastError();
-  });
-  if (rows_done != cudaSuccess) return rows_done;
-  const cuda_index::Launch sum = cuda_index::dw_sum_launch(cols);
-  detail::dw_sum_kernel<><<<detail::grid_of(sum), detail::block_of(sum), 0, s>>>(
-      partial_dw, dw, cuda_index::dw_groups(rows), cols);
-  return cudaGetLastError();
+  return detail::row_backward<false, T>(dy, nullptr, x, nullptr, w, dx, nullptr, dw, workspace, rows,
+                                        cols, eps, s);
 }
 
 // dX and dR [rows, cols] (the same values: RMSNorm's dX at H = X + R, plus dH) and dW [cols]
@@ -554,25 +567,7 @@ template <class T>
 cudaError_t add_rms_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx,
                                   T* dr, float* dw, void* workspace, int64_t rows, int64_t cols,
                                   float eps, cudaStream_t s) {
-  if (cols == 0) return cudaSuccess;
-  if (rows == 0) return cudaMemsetAsync(dw, 0, size_t(cols) * sizeof(float), s);
-  float* partial_dw = static_cast<float*>(workspace);
-  const int vec = cuda_index::row_packet_elems(sizeof(T), cols,
-                                               detail::address_bits(dy, dh, x, r, w, dx, dr));
-  const cudaError_t rows_done = detail::with_packet<T>(vec, [&](auto packet) {
-    constexpr int kVec = decltype(packet)::value;
-    const cuda_index::RowLaunch l = cuda_index::rms_backward_launch(rows, cols / kVec);
-    const auto kernel = l.cached ? detail::rms_norm_backward_kernel<T, kVec, true, true>
-                                 : detail::rms_norm_backward_kernel<T, kVec, false, true>;
-    kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(
-        dy, x, w, dx, partial_dw, rows, cols, l.groups, eps, r, dh, dr);
-    return cudaGetLastError();
-  });
-  if (rows_done != cudaSuccess) return rows_done;
-  const cuda_index::Launch sum = cuda_index::dw_sum_launch(cols);
-  detail::dw_sum_kernel<><<<detail::grid_of(sum), detail::block_of(sum), 0, s>>>(
-      partial_dw, dw, cuda_index::dw_groups(rows), cols);
-  return cudaGetLastError();
+  return detail::row_backward<true, T>(dy, dh, x, r, w, dx, dr, dw, workspace, rows, cols, eps, s);
 }
 
 }  // namespace opforge::kernels::cuda
