@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import BadCase, Case, OpSpec
-from .swiglu import _halves
+from ..model import Case, OpSpec
+from .swiglu import GATED_SPECIAL, GATED_X_EXPECTED, _halves, gated_bad_x_cases, gated_pairs
 from .swish import SWISH
 
 SQRT_2_OVER_PI = 0.7978845608028654  # sqrt(2 / pi): torch's gelu(approximate="tanh") constant
@@ -54,10 +54,7 @@ def geglu_independent(x: np.ndarray) -> np.ndarray:
 
 
 def _geglu_cases(rng: np.random.Generator, dtype: str) -> list:
-    def pairs(a, b):  # X = [A, B] along the last axis
-        return np.concatenate([np.asarray(a, np.float64), np.asarray(b, np.float64)], axis=-1)
-
-    special = np.array([np.nan, 1.0, -np.nan, np.inf, -np.inf, -2.0, 0.0, 3.0])
+    pairs, special = gated_pairs, GATED_SPECIAL
     # tanh saturates from |u| ~ 9 (|a| ~ 5); a^3 overflows float32 beyond ~7e12 (float16's max: 65504)
     huge = 6e4 if dtype == "float16" else 1e13
     saturated = [5.5, -5.5, 30.0, -30.0, 1e4, -1e4, huge, -huge]
@@ -77,11 +74,7 @@ def _geglu_cases(rng: np.random.Generator, dtype: str) -> list:
 
 
 def _geglu_bad_cases() -> list:
-    return [
-        BadCase("int64_input", (np.ones((2, 4), np.int64),), {}, ("opforge.GeGLU", "X")),
-        BadCase("odd_last_dim", (np.ones((2, 5), np.float32),), {}, ("opforge.GeGLU", "X", "even")),
-        BadCase("rank0_input", (np.array(1.0, np.float32),), {}, ("opforge.GeGLU", "X", "rank")),
-    ]
+    return gated_bad_x_cases("GeGLU")
 
 
 GEGLU = OpSpec(
@@ -97,7 +90,7 @@ GEGLU = OpSpec(
     bad_case_builder=_geglu_bad_cases,
     doc="Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * "
         "(1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]",
-    extra={"x_expected": "a tensor of rank >= 1 whose last dim is even and >= 2"},
+    extra={"x_expected": GATED_X_EXPECTED},
     layout="rows",
     split=2,
     composed=geglu_composed,

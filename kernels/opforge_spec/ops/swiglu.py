@@ -36,11 +36,28 @@ def swiglu_independent(x: np.ndarray, beta: float) -> np.ndarray:
     return a / (1.0 + np.exp(-beta * a)) * b
 
 
-def _swiglu_cases(rng: np.random.Generator, dtype: str) -> list:
-    def pairs(a, b):  # X = [A, B] along the last axis
-        return np.concatenate([np.asarray(a, np.float64), np.asarray(b, np.float64)], axis=-1)
+# What every gated op (X = [A, B] along the last axis) shares: X's rule, its special values and
+# the X inputs it must refuse.
+GATED_X_EXPECTED = "a tensor of rank >= 1 whose last dim is even and >= 2"
+GATED_SPECIAL = np.array([np.nan, 1.0, -np.nan, np.inf, -np.inf, -2.0, 0.0, 3.0])
 
-    special = np.array([np.nan, 1.0, -np.nan, np.inf, -np.inf, -2.0, 0.0, 3.0])
+
+def gated_pairs(a, b) -> np.ndarray:
+    """X = [A, B] along the last axis."""
+    return np.concatenate([np.asarray(a, np.float64), np.asarray(b, np.float64)], axis=-1)
+
+
+def gated_bad_x_cases(op_name: str) -> list:
+    op = f"opforge.{op_name}"
+    return [
+        BadCase("int64_input", (np.ones((2, 4), np.int64),), {}, (op, "X")),
+        BadCase("odd_last_dim", (np.ones((2, 5), np.float32),), {}, (op, "X", "even")),
+        BadCase("rank0_input", (np.array(1.0, np.float32),), {}, (op, "X", "rank")),
+    ]
+
+
+def _swiglu_cases(rng: np.random.Generator, dtype: str) -> list:
+    pairs, special = gated_pairs, GATED_SPECIAL
     return [
         Case("random", (rng.standard_normal((4, 2 * 37)),), {}),
         Case("default_beta", (rng.standard_normal((3, 2 * 5)),), {}),
@@ -63,9 +80,7 @@ def _swiglu_cases(rng: np.random.Generator, dtype: str) -> list:
 def _swiglu_bad_cases() -> list:
     x = np.ones((2, 4), np.float32)
     return [
-        BadCase("int64_input", (np.ones((2, 4), np.int64),), {}, ("opforge.SwiGLU", "X")),
-        BadCase("odd_last_dim", (np.ones((2, 5), np.float32),), {}, ("opforge.SwiGLU", "X", "even")),
-        BadCase("rank0_input", (np.array(1.0, np.float32),), {}, ("opforge.SwiGLU", "X", "rank")),
+        *gated_bad_x_cases("SwiGLU"),
         BadCase("nan_beta", (x,), {"beta": float("nan")}, ("opforge.SwiGLU", "beta")),
         BadCase("inf_beta", (x,), {"beta": float("-inf")}, ("opforge.SwiGLU", "beta")),
         BadCase("beta_beyond_float32", (x,), {"beta": 1e39}, ("opforge.SwiGLU", "beta")),
@@ -83,7 +98,7 @@ SWIGLU = OpSpec(
     case_builder=_swiglu_cases,
     bad_case_builder=_swiglu_bad_cases,
     doc="Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]",
-    extra={"x_expected": "a tensor of rank >= 1 whose last dim is even and >= 2"},
+    extra={"x_expected": GATED_X_EXPECTED},
     layout="rows",
     split=2,
     composed=swiglu_composed,
