@@ -16,7 +16,6 @@ from pathlib import Path
 from ci import model as mx
 from ci.artifacts import wheels
 from ci.artifacts.sass import check_sass
-from ci.engine.cache import SKIP_DIRS
 from ci.engine.numbers import junit_numbers, stage_numbers
 from ci.engine.result import Result
 from ci.engine.stage_env import (
@@ -39,27 +38,28 @@ REPO = mx.REPO
 
 
 def build(job: Job, ws: Workspace) -> Result:
-    """A wheel of packages/<package> from a fresh copy of its sources; CUDA SASS checked."""
+    """A wheel of packages/<package> built from its sdist, as a user's `pip install` builds it
+    (the sdist holds what the package declares; nothing else of the checkout is seen); CUDA SASS
+    checked."""
     stage = job.stage
     assert stage.package is not None  # a build stage builds a package
     env = build_env(job, ws)
     with open(job.log, "a") as handle:
         handle.write(f"# knobs {json.dumps(env, sort_keys=True)}\n")
-    snapshot = ws.out / "src" / job.digest   # named by the inputs hash: never overwritten
-    wheel_dir = ws.out / "wheels" / stage.name / job.digest
-    for folder in (snapshot, wheel_dir):
-        shutil.rmtree(folder, ignore_errors=True)
-    copy_sources(snapshot, stage.package)
+    wheel_dir = ws.out / "wheels" / stage.name / job.digest   # named by the inputs hash
+    shutil.rmtree(wheel_dir, ignore_errors=True)
+    wheel_dir.mkdir(parents=True)
     if stage.venv == "torch":
-        python = venvs.python(ws.venv(job.matrix, job.cell, "torch", job.log))
-        command = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+        venv = ws.venv(job.matrix, job.cell, "torch", job.log)
+        sdist = ws.sdist(job.matrix, stage.package, job.log, torch_venv=venv)
+        command = [str(venvs.python(venv)), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
     else:   # an isolated build: its build requirement opforge-spec comes from this tree
+        sdist = ws.sdist(job.matrix, stage.package, job.log)
         command = [sys.executable, "-m", "pip", "wheel", "--no-deps",
                    "--find-links", ws.spec_wheels(job.log)]
-    command += ["--disable-pip-version-check", "-v", "-w", str(wheel_dir),
-                str(snapshot / "packages" / stage.package)]
-    if ws.sh(command, job.log, env=env) != 0:
-        return Result("fail", detail=f"pip wheel packages/{stage.package} failed")
+    command += ["--disable-pip-version-check", "-v", "-w", str(wheel_dir), str(sdist)]
+    if ws.sh(command, job.log, env=env, cwd=wheel_dir) != 0:
+        return Result("fail", detail=f"pip wheel {sdist.name} (packages/{stage.package}) failed")
     wheels = sorted(str(p) for p in wheel_dir.glob("*.whl"))
     result = Result("pass", outputs={"wheels": wheels}, detail="CPU only (no CUDA in this build)")
     if env["OPFORGE_CUDA_HOME"]:
@@ -67,7 +67,6 @@ def build(job: Job, ws: Workspace) -> Result:
         result.numbers.update(sass["numbers"])
         result.detail = sass["detail"]
         result.status = "pass" if sass["ok"] else "fail"
-    shutil.rmtree(snapshot, ignore_errors=True)
     return result
 
 
@@ -156,11 +155,3 @@ def execute(job: Job, ws: Workspace) -> Result:
 
 def _repo_relative(path: Path) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
-
-
-def copy_sources(snapshot: Path, package: str) -> None:
-    """The package and kernels/ in the repo's layout: a package build reads nothing else (its other
-    inputs come as OPFORGE_* variables), and finds kernels/ beside it."""
-    ignore = shutil.ignore_patterns(*SKIP_DIRS, "*.egg-info", "*.so", "*.so.*")
-    for rel in (f"packages/{package}", "kernels"):
-        shutil.copytree(REPO / rel, snapshot / rel, ignore=ignore)

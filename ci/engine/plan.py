@@ -228,7 +228,7 @@ def render_plan(matrix: mx.Matrix, selection: Selection, planned: list[dict[str,
                 text = f"run after all cells, over every {gather} of the group"
             lines.append(f"    {name:{width}} {text}")
     for out in excluded:
-        lines.append(f"excluded: {out.id}: rule {out.rule} ({out.condition}): {out.why}")
+        lines.append(f"excluded: {out.id}: {out.by} ({out.condition}): {out.why}")
     lines.append(f"{len(cells)} cells, {len(selection.stages)} stages ({' '.join(selection.stages)}), "
                  f"{runs} stage runs, {len(excluded)} combinations excluded")
     return "\n".join(lines)

@@ -4,12 +4,14 @@ toolkits, ONNX Runtime headers)."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ci import model as mx
+from ci.artifacts import sdists
 from ci.engine.cache import tree_hash
 from ci.engine.claims import VenvClaims
 from ci.engine.process import run_logged
@@ -44,6 +46,8 @@ class Workspace:
         self._ort_include: str | None = None
         self._kernels_token: str | None = None
         self._spec_wheels: str | None = None
+        self._sdists: dict[str, Path] = {}
+        self._sdist_lock = threading.Lock()      # one package's sdist is made once, by the first asker
         self.wheel_checks: dict[str, dict] = {}   # a wheel checked by one cell is not re-checked
         self.claims = VenvClaims()                # stages side by side (--jobs) share venvs safely
         self._provisioning = threading.RLock()    # toolkits and headers: once, whoever asks first
@@ -109,6 +113,34 @@ class Workspace:
                                            "requirement) failed; see the log")
                 self._spec_wheels = str(folder)
             return self._spec_wheels
+
+    def sdist(self, matrix: mx.Matrix, package: str, log: Path, *, torch_venv: Path | None = None) -> Path:
+        """packages/<package>'s sdist, what its build stage builds the wheel from (as a user's
+        `pip install` does): made once per source tree and kept across runs. torch_ext's is made in
+        `torch_venv` (its setup.py imports torch), every other with the `build` tool's venv."""
+        folder = REPO / "packages" / package
+        with self._sdist_lock:
+            if package not in self._sdists:
+                outdir = self.out / "sdists" / package / tree_hash([folder])
+                made = sorted(outdir.glob("*.tar.gz"))
+                self._sdists[package] = made[0] if len(made) == 1 else self._make_sdist(
+                    matrix, folder, outdir, log, torch_venv)
+            return self._sdists[package]
+
+    def _make_sdist(self, matrix: mx.Matrix, folder: Path, outdir: Path, log: Path,
+                    torch_venv: Path | None) -> Path:
+        build_pin = venvs.tools_requirements(matrix, ("build",))
+        if sdists.needs_torch(folder):
+            assert torch_venv is not None, f"{folder.name}: its sdist needs a venv with torch"
+            venv = torch_venv
+            venvs.install_on_top(venv, {"build": (build_pin[0], build_pin[0])},
+                                 lambda argv: self.sh(argv, log))
+        else:
+            venv = venvs.ensure("build", build_pin, self.logger(log), root=self.venv_root)
+        shutil.rmtree(outdir, ignore_errors=True)
+        return sdists.make_sdist(venvs.python(venv), folder, outdir,
+                                 lambda argv, env: self.sh(argv, log, env=env),
+                                 links=sdists.find_links(self.spec_wheels(log)))
 
     def toolkit(self, matrix: mx.Matrix, tid: str) -> dict[str, str]:
         with self._provisioning:

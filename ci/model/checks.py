@@ -171,6 +171,7 @@ def _check_profiles(profiles: Mapping[str, Any], axes: Mapping,
                         raise MatrixError(f"profiles.{name}.variants.{variant_name}.{axis}",
                                           f"{value}: unknown {axis} value (known: "
                                           f"{', '.join(axes[axis])})")
+        _check_exclusions(name, profile)
         for index, stage in enumerate(profile.stages or ()):
             where = f"profiles.{name}.stages[{index}]"
             if stage not in stages:
@@ -189,6 +190,16 @@ def _check_profiles(profiles: Mapping[str, Any], axes: Mapping,
     if total > MAX_COMBINATIONS:
         raise MatrixError("profiles", f"{total} axis-value combinations in all: more than the "
                           f"{MAX_COMBINATIONS} a matrix may expand to")
+
+
+def _check_exclusions(name: str, profile: Any) -> None:
+    """An exclusion names values the profile has (else it would leave out nothing, silently)."""
+    for index, exclusion in enumerate(profile.exclude):
+        for axis, value in exclusion.values.items():
+            if value not in profile.values[axis]:
+                raise MatrixError(f"profiles.{name}.exclude[{index}].{axis}",
+                                  f"{value}: not a {axis} value of this profile (it has "
+                                  f"{', '.join(profile.values[axis])})")
 
 
 def _check_suite(suite: Any, axes: Mapping) -> None:

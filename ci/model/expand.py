@@ -49,7 +49,24 @@ def expand(matrix: Matrix, profile: str) -> tuple[list[Cell], list[Excluded]]:
     excluded: list = []
     for chosen, cell in _variant_axes(matrix.profiles[profile]):
         _expand_into(matrix, chosen, cell, cells, excluded)
-    return cells, excluded
+    return _left_out(matrix, profile, cells, excluded)
+
+
+def _left_out(matrix: Matrix, profile: str, cells: list[Cell],
+              excluded: list[Excluded]) -> tuple[list[Cell], list[Excluded]]:
+    """The cells less those the profile's `exclude:` leaves out (listed as excluded, with why)."""
+    kept = []
+    for cell in cells:
+        hit = next(((i, e) for i, e in enumerate(matrix.profiles[profile].exclude)
+                    if all(cell.values[axis] == value for axis, value in e.values.items())), None)
+        if hit is None:
+            kept.append(cell)
+            continue
+        index, exclusion = hit
+        condition = ", ".join(f"{axis} == {value}" for axis, value in exclusion.values.items())
+        excluded.append(Excluded(cell.values, f"profiles.{profile}.exclude[{index}]",
+                                 exclusion.why, condition))
+    return kept, excluded
 
 
 def _variant_axes(profile: Any) -> list[tuple[dict[str, tuple[str, ...]], Cell]]:
@@ -101,9 +118,9 @@ def check_profile(matrix: Matrix, profile: str) -> None:
                 continue
             blockers = [e for e in excluded if e.values[axis] == value]
             top = max({e.rule for e in blockers}, key=[e.rule for e in blockers].count)
-            rule = next(r for r in matrix.rules if r.id == top)
-            raise MatrixError(f"{where}.{axis}", f"{value}: no cell admits it (rule {rule.id}: "
-                              f"{rule.why})")
+            first = next(e for e in blockers if e.rule == top)
+            raise MatrixError(f"{where}.{axis}", f"{value}: no cell admits it ({first.by}: "
+                              f"{first.why})")
 
 
 def _declared_values(profile: Any) -> dict[str, list[str]]:

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             print(cell.id)
         if args.excluded:
             for item in excluded:
-                print(f"excluded: {item.id}: {item.rule} ({item.condition})")
+                print(f"excluded: {item.id}: {item.by} ({item.condition})")
     except MatrixError as exc:
         print(exc, file=sys.stderr)
         return 2

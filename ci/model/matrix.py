@@ -37,9 +37,14 @@ class Cell:
 @dataclasses.dataclass(frozen=True)
 class Excluded:
     values: Mapping[str, str]
-    rule: str
+    rule: str           # a rule's id, or profiles.<name>.exclude[<i>] (the profile left it out)
     why: str
     condition: str
+
+    @property
+    def by(self) -> str:
+        """What excluded it, as a person reads it: `rule <id>` or the profile's exclude entry."""
+        return self.rule if self.rule.startswith("profiles.") else f"rule {self.rule}"
 
     @property
     def id(self) -> str:

@@ -38,6 +38,7 @@ from ci.model.values import (
     AXES,
     ArchList,
     Axis,
+    AxisValue,
     AxisValues,
     Conditions,
     Opset,
@@ -211,6 +212,31 @@ class OldGlibc(Section):
     packages: tuple[StrictStr, ...] = Field(min_length=1, description="pins for its python3")
 
 
+class Exclusion(Section):
+    """A combination a profile leaves out, as a GitHub Actions matrix's `exclude`: every cell whose
+    values match each axis it names; `why` is what --list and the report say."""
+
+    unknown: ClassVar[str] = "unknown axis or key"
+    why: StrictStr = Field(min_length=1)
+    toolkit: Optional[AxisValue] = None
+    torch: Optional[AxisValue] = None
+    arch_list: Optional[AxisValue] = None
+    opset: Optional[Opset] = None
+    ort: Optional[AxisValue] = None
+    tensorrt: Optional[AxisValue] = None
+
+    @model_validator(mode="after")
+    def _names_an_axis(self) -> Exclusion:
+        if not self.values:
+            raise refuse(f"name at least one axis ({', '.join(AXES)}) besides why")
+        return self
+
+    @property
+    def values(self) -> dict[str, str]:
+        """axis -> value, for the axes it names"""
+        return {axis: str(getattr(self, axis)) for axis in AXES if getattr(self, axis) is not None}
+
+
 class Profile(Section):
     """Axis values (the cells: their product less what the rules exclude); its name is its key."""
 
@@ -225,6 +251,7 @@ class Profile(Section):
     ort: AxisValues
     tensorrt: AxisValues
     stages: Optional[tuple[StrictStr, ...]] = Field(None, description="a list of stage names")
+    exclude: tuple[Exclusion, ...] = Field((), description="a list of combinations to leave out")
     cpu_builds: StrictBool = False
     gpu: StrictBool = False    # its ORT venvs install the ort values' gpu_packages
     # portable: packages with `tools: [ziglang]` build with zig for glibc 2.28 (what ships);

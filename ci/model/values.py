@@ -130,7 +130,8 @@ Pins = Annotated[tuple[Annotated[str, checked(pin_parts, PIN_EXPECTED)], ...],
 ArchList = Annotated[str, checked(lambda value: isinstance(value, str) and ARCH_LIST.fullmatch(
     value), 'a TORCH_CUDA_ARCH_LIST such as "8.0;9.0"')]
 Opset = Annotated[int, checked(lambda value: type(value) is int and value >= 1, "an opset number")]
-AxisValues = Annotated[tuple[Annotated[str, PlainValidator(_axis_value)], ...],
+AxisValue = Annotated[str, PlainValidator(_axis_value)]
+AxisValues = Annotated[tuple[AxisValue, ...],
                        Field(min_length=1, description="a non-empty list of values")]
 SettingName = Annotated[str, checked(lambda value: isinstance(value, str) and SETTING_NAME.fullmatch(
     value), "a setting name (letters, digits, _)")]

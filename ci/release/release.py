@@ -26,12 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
 from ci import model as mx
-from ci.artifacts import index, wheels
+from ci.artifacts import index, sdists, wheels
 from ci.model import key_hash, key_text
 from ci.provision import venvs
 from ci.release import old_glibc
@@ -118,18 +119,16 @@ def build_sdists(matrix: mx.Matrix, dist: Path, log: Path) -> list[Path]:
                            "release profile's stages first")
     pin = venvs.pin("build", matrix.tools["build"])
     venvs.install_on_top(venv, {"build": (pin, pin)}, lambda argv: run(argv, log).returncode)
-    sdists = []
-    for folder in SDIST_FOLDERS:
-        before = set(dist.glob("*.tar.gz"))
-        isolation = ["--no-isolation"] if folder.endswith("torch_ext") else []
-        done = run([str(venvs.python(venv)), "-m", "build", "--sdist", *isolation, "--outdir",
-                    str(dist), str(REPO / folder)], log,
-                   env={**_clean_env(), "PIP_FIND_LINKS": str(dist)})  # opforge-spec: made first
-        made = sorted(set(dist.glob("*.tar.gz")) - before)
-        if done.returncode != 0 or len(made) != 1:
-            raise ReleaseError(f"{folder}: `python -m build --sdist` failed (see {log})")
-        sdists += made
-    return sdists
+
+    def sh(argv: list[str], env: Mapping[str, str]) -> int:
+        return run(argv, log, env={**_clean_env(), **env}).returncode
+
+    try:   # opforge-spec (kernels/) first: the others' isolated builds find it in dist
+        return [sdists.make_sdist(venvs.python(venv), REPO / folder, dist, sh,
+                                  links=sdists.find_links(str(dist)))
+                for folder in SDIST_FOLDERS]
+    except sdists.SdistError as exc:
+        raise ReleaseError(f"{exc} ({log})") from None
 
 
 def spec_wheel(sdists: list[Path], dist: Path, log: Path) -> Path:

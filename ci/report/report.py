@@ -188,8 +188,8 @@ def render_md(report: dict, root: Path) -> str:
                      + " | " + " | ".join(marks) + " |")
     lines.append("")
     if report["excluded"]:
-        lines += ["## Excluded by rules", "", "| combination | rule | condition |",
-                  "| --- | --- | --- |"]
+        lines += ["## Excluded (by rules or the profile's exclude)", "",
+                  "| combination | by | condition |", "| --- | --- | --- |"]
         lines += [f"| `{e['id']}` | {e['rule']}: {e['why']} | `{e['condition']}` |"
                   for e in report["excluded"]]
         lines.append("")

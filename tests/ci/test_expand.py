@@ -127,3 +127,54 @@ def test_golden_cells(matrix, profile):
     if os.environ.get("OPFORGE_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert golden.read_text() == text, f"{golden.name} differs: if intended, OPFORGE_UPDATE_GOLDEN=1"
+
+
+# ------------------------------------------------------------------- a profile's `exclude:` list
+
+PAIRS = [{"toolkit": "cuda-13.0-system", "arch_list": "8.6;8.9;12.0", "why": "paired"},
+         {"toolkit": "cuda-13.0-pypi", "arch_list": "8.0;9.0", "why": "paired"}]
+
+
+def test_an_exclusion_leaves_out_every_cell_matching_the_axes_it_names(mutated):
+    before, _ = mx.expand(mx.parse(mutated), "host")
+    mutated["profiles"]["host"]["exclude"] = PAIRS
+    matrix = mx.parse(mutated)
+    cells, excluded = mx.expand(matrix, "host")
+    pairs = {(c.values["toolkit"], c.values["arch_list"]) for c in cells}
+    assert pairs == {("cuda-13.0-system", "8.0;9.0"), ("cuda-13.0-pypi", "8.6;8.9;12.0")}
+    assert len(cells) == len(before) // 2
+    left_out = [e for e in excluded if e.rule.startswith("profiles.host.exclude")]
+    assert len(left_out) == len(before) - len(cells)
+    first = next(e for e in left_out if e.values["toolkit"] == "cuda-13.0-system")
+    assert first.rule == "profiles.host.exclude[0]" and first.why == "paired"
+    assert first.condition == "toolkit == cuda-13.0-system, arch_list == 8.6;8.9;12.0"
+    assert first.by == "profiles.host.exclude[0]"
+    rule_made = next(e for e in excluded if e.rule == "opset-needs-ort")
+    assert rule_made.by == "rule opset-needs-ort"
+
+
+def refused(data) -> str:
+    with pytest.raises(mx.MatrixError) as caught:
+        mx.parse(data)
+    return str(caught.value)
+
+
+def test_an_exclusion_must_name_a_value_of_its_profile_and_say_why(mutated):
+    has = mutated["profiles"]["host"]["torch"]
+    other = next(v for v in mutated["torch"] if v not in has)
+    mutated["profiles"]["host"]["exclude"] = [{"torch": other, "why": "x"}]
+    assert refused(mutated) == (f"matrix.yaml: profiles.host.exclude[0].torch: {other}: not a torch "
+                                f"value of this profile (it has {', '.join(has)})")
+    mutated["profiles"]["host"]["exclude"] = [{"torch": "2.13.0"}]
+    assert "why" in refused(mutated)
+    mutated["profiles"]["host"]["exclude"] = [{"why": "nothing named"}]
+    assert "name at least one axis" in refused(mutated)
+    mutated["profiles"]["host"]["exclude"] = [{"python": "3.11", "why": "x"}]
+    assert "python" in refused(mutated)
+
+
+def test_a_value_every_exclusion_leaves_out_is_refused_naming_the_exclusion(mutated):
+    newest = mutated["profiles"]["host"]["torch"][-1]
+    mutated["profiles"]["host"]["exclude"] = [{"torch": newest, "why": "not today"}]
+    assert refused(mutated) == (f"matrix.yaml: profiles.host.torch: {newest}: no cell admits it "
+                                 "(profiles.host.exclude[0]: not today)")

@@ -59,7 +59,7 @@ def test_markdown_puts_failures_first_with_the_log_tail(matrix, tmp_path, host):
     assert "## Plots" in text and "[build/bench/swish.png](../../build/bench/swish.png)" in text
     assert "[bench.md](../../build/bench/bench.md)" in text
     assert "| 2 | cuda-13.0-system |" in text and "↺" in text and "◆" in text
-    assert "## Excluded by rules" in text and "opset-needs-ort" in text
+    assert "## Excluded (by rules or the profile's exclude)" in text and "opset-needs-ort" in text
 
 
 def test_exit_code_is_zero_only_when_complete_and_nothing_failed(matrix, tmp_path, host):
