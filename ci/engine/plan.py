@@ -225,7 +225,7 @@ def render_plan(matrix: mx.Matrix, selection: Selection, planned: list[dict[str,
                     "skip": f"skipped: {item.reason}"}[item.action]
             gather = matrix.stages[name].gather
             if gather and item.action == "run":
-                text = f"run after all cells, over every {gather} of the group"
+                text = f"run once its group is done, over every {gather} of the group"
             lines.append(f"    {name:{width}} {text}")
     for out in excluded:
         lines.append(f"excluded: {out.id}: {out.by} ({out.condition}): {out.why}")

@@ -71,7 +71,7 @@ def run(engine: Engine) -> dict:
         row: dict[str, Result] = {}
         for name, item in row_plan.items():
             stage = engine.matrix.stages[name]
-            if stage.gather:  # runs after all cells
+            if stage.gather:  # placed by gather(), after the cells
                 row[name] = Result.skip("pending", key=item.key)
             elif (index, name) in ahead:
                 row[name] = ahead[index, name]
@@ -79,39 +79,54 @@ def run(engine: Engine) -> dict:
                 row[name] = run_stage(engine, index, cell, stage, item, row, done)
         rows.append(row)
         write(engine, rows)
-    return gather(engine, planned, rows, done)
+    return gather(engine, planned, rows, done, ahead)
 
 
 def run_ahead(engine: Engine, planned: list[dict[str, Planned]],
               done: dict[str, Result]) -> dict[tuple[int, str], Result]:
-    """The first run of every key, `engine.jobs` at a time, each as soon as the runs of its
-    `after` stages in its cell have ended. Returns what ran or came from the cache; the cell
+    """The first run of every key, `engine.jobs` at a time, each as soon as the runs it needs
+    have ended: its `after` stages in its cell, or for a gathering stage those of every cell of
+    its group. Ready builds go first (each unlocks the most work, and the machine's cores stay
+    busy to the end with the short stages). Returns what ran or came from the cache; the cell
     loop then places those and settles the rest (reuse, skips) in order, as without --jobs."""
-    first = first_runs(engine, planned)
+    owner = first_owners(engine, planned)
+    first = needs_of(engine, planned, owner)
     results: dict[tuple[int, str], Result] = {}
-    waiting = list(first)
+    waiting = sorted(first, key=lambda unit: engine.matrix.stages[unit[1]].kind != "build")
     with ThreadPoolExecutor(engine.jobs) as pool:
         running: dict[Future, tuple[int, str]] = {}
         while waiting or running:
             for unit in [u for u in waiting if ready(u, first, results)][:engine.jobs - len(running)]:
                 waiting.remove(unit)
-                running[pool.submit(run_first, engine, unit, planned, results, done)] = unit
+                running[pool.submit(run_first, engine, unit, planned, results, owner, done)] = unit
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 results[running.pop(future)] = future.result()
     return {unit: r for unit, r in results.items() if r.origin in ("run", "cached")}
 
 
-def first_runs(engine: Engine, planned: list[dict[str, Planned]]) -> dict[tuple[int, str], list]:
-    """{(cell index, stage): the (cell index, stage) it waits for}: one per key, its first cell."""
+def first_owners(engine: Engine, planned: list[dict[str, Planned]]) -> dict[str, tuple[int, str]]:
+    """{key: (cell index, stage)}: the first cell that runs each key (skips have none)."""
     owner: dict[str, tuple[int, str]] = {}
     for index, row_plan in enumerate(planned):
         for name, item in row_plan.items():
-            if item.action != "skip" and not engine.matrix.stages[name].gather:
+            if item.action != "skip":
                 owner.setdefault(item.key, (index, name))
-    return {unit: [owner[planned[unit[0]][b].key] for b in engine.matrix.stages[unit[1]].after
-                   if planned[unit[0]][b].key in owner]
-            for unit in owner.values()}
+    return owner
+
+
+def needs_of(engine: Engine, planned: list[dict[str, Planned]],
+             owner: Mapping[str, tuple[int, str]]) -> dict[tuple[int, str], list]:
+    """{(cell index, stage): the first runs it waits for}, for every first run."""
+    cells = engine.selection.cells
+    needs = {}
+    for index, name in owner.values():
+        stage = engine.matrix.stages[name]
+        group = [j for j, other in enumerate(cells) if stage.gather and all(
+            other.values[a] == cells[index].values[a] for a in stage.depends)] or [index]
+        needs[index, name] = [owner[planned[j][b].key] for j in group for b in stage.after
+                              if planned[j][b].key in owner]
+    return needs
 
 
 def ready(unit, first, results) -> bool:
@@ -119,11 +134,20 @@ def ready(unit, first, results) -> bool:
 
 
 def run_first(engine: Engine, unit: tuple[int, str], planned: list[dict[str, Planned]],
-              results: Mapping[tuple[int, str], Result], done: dict[str, Result]) -> Result:
+              results: Mapping[tuple[int, str], Result], owner: Mapping[str, tuple[int, str]],
+              done: dict[str, Result]) -> Result:
     index, name = unit
     stage, cells = engine.matrix.stages[name], engine.selection.cells
-    inputs = {b: results.get((index, b)) or _reused_input(planned[index][b], done)
-              for b in stage.after}
+
+    def result_of(j: int, before: str) -> Result:
+        item = planned[j][before]
+        return results.get(owner.get(item.key, (-1, ""))) or _reused_input(item, done)
+
+    if stage.gather:
+        inputs = gathered(stage, cells[index], cells, [
+            {b: result_of(j, b) for b in stage.after} for j in range(len(cells))])
+    else:
+        inputs = {b: result_of(index, b) for b in stage.after}
     return run_stage(engine, index, cells[index], stage, planned[index][name], inputs, done)
 
 
@@ -136,14 +160,19 @@ def _reused_input(item: Planned, done: Mapping[str, Result]) -> Result:
 
 
 def gather(engine: Engine, planned: list[dict[str, Planned]], rows: list[dict[str, Result]],
-           done: dict[str, Result]) -> dict:
-    """The gathering stages, each over the results of every cell of its group; then the report."""
+           done: dict[str, Result], ahead: Mapping[tuple[int, str], Result]) -> dict:
+    """The gathering stages, each over the results of every cell of its group (with --jobs they
+    ran already, as soon as their group was done); then the report."""
     cells = engine.selection.cells
     for stage in (engine.matrix.stages[n] for n in engine.selection.stages):
         if not stage.gather:
             continue
-        engine.say(f"[{engine.elapsed()}] {stage.name}: over the {stage.gather} values of each cell")
+        if not any((index, stage.name) in ahead for index in range(len(cells))):
+            engine.say(f"[{engine.elapsed()}] {stage.name}: over the {stage.gather} values of each cell")
         for index, (cell, row) in enumerate(zip(cells, rows)):
+            if (index, stage.name) in ahead:
+                row[stage.name] = ahead[index, stage.name]
+                continue
             inputs = gathered(stage, cell, cells, rows)
             row[stage.name] = run_stage(engine, index, cell, stage, planned[index][stage.name],
                                         inputs, done)
@@ -159,7 +188,7 @@ def run_gathered(engine: Engine, folder: Path) -> dict:
     planned = plan_gathering(engine.matrix, engine.host, cells, stages=engine.selection.stages)
     rows = merged_rows(engine, planned, found)
     write(engine, rows)
-    return gather(engine, planned, rows, {})
+    return gather(engine, planned, rows, {}, {})
 
 
 def merged_rows(engine: Engine, planned: list[dict[str, Planned]],
@@ -264,7 +293,7 @@ def _broken(log: Path, exc: Exception) -> Result:
 
 
 def gathered(stage: mx.Stage, cell: mx.Cell, cells: tuple[mx.Cell, ...],
-             rows: list[dict[str, Result]]) -> dict[str, Result]:
+             rows: list[Mapping[str, Result]]) -> dict[str, Result]:
     """The inputs of a gathering stage: the passing results of every cell of its group."""
     group = [row for other, row in zip(cells, rows)
              if all(other.values[a] == cell.values[a] for a in stage.depends)]

@@ -189,3 +189,12 @@ def test_a_tool_run_by_a_suites_tests_reports_nothing_into_the_suites_result(
         shutil.rmtree(suite)
     assert result.status == "pass", (tmp_path / "stage.log").read_text()
     assert result.numbers["tests"] == 1 and "align.failed" not in result.numbers, result.numbers
+
+
+def test_side_by_side_builds_go_first_and_a_gathering_stage_starts_once_its_group_is_done(fake):
+    _, calls = fake(jobs=2, out="side")
+    names = [name for name, _ in calls]
+    builds = [i for i, name in enumerate(names) if name.startswith("build-")]
+    assert builds == list(range(len(builds)))                # every build before any test
+    cross = names.index("cross")
+    assert any(not name.startswith(("cross", "build-")) for name in names[cross + 1:]), names
