@@ -123,10 +123,10 @@ def ensure(label: str, requirements: list[str], log, root: Path = VENVS) -> Path
     log(f"creating venv {venv.name}: {' '.join(requirements)}")
     venv.parent.mkdir(parents=True, exist_ok=True)
     _check([sys.executable, "-m", "venv", str(venv)], log)
-    # --no-compile: imports write the .pyc of what they use; compiling all of torch's 8,800
-    # modules up front costs 25 s of CPU per venv, most of them never imported here
+    # pip's up-front .pyc (25 s of CPU for torch) stays: with PYTHONDONTWRITEBYTECODE=1, as on
+    # this project's machines, no import writes one, and every process would compile torch again
     _check([str(python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-            "--progress-bar", "off", "--no-compile", *requirements], log)
+            "--progress-bar", "off", *requirements], log)
     marker.write_text(wanted)
     log(f"venv {venv.name} ready in {time.monotonic() - started:.0f} s")
     return venv
