@@ -8,6 +8,7 @@ import torch
 
 import opforge_spec as spec
 import opforge_torch  # noqa: F401  (registers the ops)
+from opforge_torch import onnx as opforge_onnx
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32,
                 "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -22,6 +23,8 @@ def pytest_configure(config):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         torch.set_num_threads(max(1, torch.get_num_threads() // workers))
+    # the dynamo exports here are many and small: one torchlib op list per worker, not per export
+    opforge_onnx.reuse_torchlib_registry()
 
 
 def to_torch(array, dtype: str, device="cpu", non_contiguous=False) -> torch.Tensor:

@@ -223,3 +223,11 @@ def test_a_two_output_op_decomposed_is_standard_onnx_and_matches(tmp_path, dynam
         expected = model(x, r)
     for name, g, e in zip(("Y", "H"), got, expected):
         np.testing.assert_allclose(g, e.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_reuse_torchlib_registry_builds_torchlibs_op_list_once_per_process():
+    from torch.onnx._internal.exporter import _registration
+
+    assert opforge_onnx.reuse_torchlib_registry() is True
+    apis = _registration.onnxscript_apis
+    assert apis.get_torchlib_ops() is apis.get_torchlib_ops()

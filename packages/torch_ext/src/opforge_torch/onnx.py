@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 
 import torch
@@ -348,6 +349,23 @@ def export(model, args, path, *, decomposed: bool | str = False, runtime: str = 
         kw["custom_opsets"] = {**custom, **kw.get("custom_opsets", {})}
         torch.onnx.export(model, args, path, dynamo=False, **kw)
     return path
+
+
+@functools.cache
+def reuse_torchlib_registry() -> bool:
+    """Lets torch's dynamo exporter build torchlib's op list once per process: it rebuilds it from
+    source on every export (inspect.getsource of ~500 functions, about 0.9 s: most of a small
+    model's export), though nothing it reads changes within a process. For processes that export
+    many models (tests, the alignment's export). Returns False, changing nothing, where torch's
+    internals differ."""
+    try:
+        from torch.onnx._internal.exporter import _registration
+
+        apis = _registration.onnxscript_apis
+        apis.get_torchlib_ops = functools.cache(apis.get_torchlib_ops)
+    except (ImportError, AttributeError):
+        return False
+    return True
 
 
 _register_torchscript_symbolics()

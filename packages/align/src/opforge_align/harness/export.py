@@ -176,7 +176,9 @@ def default_jobs() -> int:
 
 
 def _export_op_dtype(out: Path, op_name: str, dtype: str, *, opset, ir_version, forms) -> list:
-    reuse_torchlib_registry()
+    from opforge_torch.onnx import reuse_torchlib_registry
+
+    reuse_torchlib_registry()  # one torchlib op list for every export of this process
     op = spec.OPS[op_name]
     return [_export_entry(out, op, dict(attrs), rank, dtype, cases=cases, opset=opset,
                           ir_version=ir_version, forms=forms)
@@ -193,19 +195,6 @@ def quiet_exporters() -> None:
     warnings.filterwarnings("ignore")
     for name in ("torch.onnx", "torch._dynamo", "torch.export", "onnxscript"):
         logging.getLogger(name).setLevel(logging.ERROR)
-
-
-@functools.cache
-def reuse_torchlib_registry() -> None:
-    """The dynamo exporter rebuilds torchlib's op list from source (inspect.getsource of ~500
-    functions: about half of each small export) on every call; the list never changes within a
-    process, so one built list serves every export here. Skipped where the internals differ."""
-    try:
-        from torch.onnx._internal.exporter import _registration
-        apis = _registration.onnxscript_apis
-        apis.get_torchlib_ops = functools.cache(apis.get_torchlib_ops)
-    except (ImportError, AttributeError):
-        pass
 
 
 def _export_entry(out, op, attrs, rank, dtype, *, cases, opset, ir_version, forms) -> dict:
