@@ -13,6 +13,7 @@ import dataclasses
 import fcntl
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -93,6 +94,8 @@ def run_ahead(engine: Engine, planned: list[dict[str, Planned]],
     first = needs_of(engine, planned, owner)
     results: dict[tuple[int, str], Result] = {}
     waiting = sorted(first, key=lambda unit: engine.matrix.stages[unit[1]].kind != "build")
+    venv_maker = threading.Thread(target=make_venvs, args=(engine, planned, waiting), daemon=True)
+    venv_maker.start()
     with ThreadPoolExecutor(engine.jobs) as pool:
         running: dict[Future, tuple[int, str]] = {}
         while waiting or running:
@@ -102,7 +105,32 @@ def run_ahead(engine: Engine, planned: list[dict[str, Planned]],
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 results[running.pop(future)] = future.result()
+    venv_maker.join()
     return {unit: r for unit, r in results.items() if r.origin in ("run", "cached")}
+
+
+def make_venvs(engine: Engine, planned: list[dict[str, Planned]],
+               units: list[tuple[int, str]]) -> None:
+    """The torch and ORT venvs of `units`, in that order, on a thread of its own: making one is
+    mostly download and unpacking (the CUDA torch's: 3 GB, 2 minutes), which need not hold one of
+    the --jobs slots. A stage that needs a venv still being made waits for it; one that failed
+    here is tried again by its stage, which reports why."""
+    ws, cells, made = engine.workspace, engine.selection.cells, set()
+    for index, name in units:
+        kind = engine.matrix.stages[name].venv
+        if kind not in ("torch", "ort") or planned[index][name].action == "skip":
+            continue
+        path = ws.venv_path(engine.matrix, cells[index], kind)
+        if path in made:
+            continue
+        made.add(path)
+        log = ws.out / "logs" / "venvs" / f"{path.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            ws.venv(engine.matrix, cells[index], kind, log)
+        except Exception as exc:  # noqa: BLE001 - the stage that needs it says why
+            with open(log, "a") as handle:
+                handle.write(f"\nopforge matrix: {type(exc).__name__}: {exc}\n")
 
 
 def first_owners(engine: Engine, planned: list[dict[str, Planned]]) -> dict[str, tuple[int, str]]:

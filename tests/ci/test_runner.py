@@ -43,6 +43,13 @@ def fake(monkeypatch, tmp_path, matrix, host):
         return Result("pass", outputs={"wheels": [], "out": str(job.work)})
 
     monkeypatch.setattr(executors, "execute", execute)
+
+    def venv(ws, matrix, cell, kind, log):   # runner.make_venvs: recorded, nothing installed
+        with lock:
+            seen.setdefault("venvs", []).append(f"{kind}-{cell.values[kind]}")
+        return ws.venv_path(matrix, cell, kind)
+
+    monkeypatch.setattr(executors.Workspace, "venv", venv)
     monkeypatch.setattr(cache, "digest", lambda matrix, cell, stage, key, inputs, args=(): key_hash(key))
     cells, excluded = mx.expand(matrix, "host")
     cells = [c for c in cells if c.values["opset"] == "17" and c.values["ort"] != "1.20.1"]
@@ -198,3 +205,16 @@ def test_side_by_side_builds_go_first_and_a_gathering_stage_starts_once_its_grou
     assert builds == list(range(len(builds)))                # every build before any test
     cross = names.index("cross")
     assert any(not name.startswith(("cross", "build-")) for name in names[cross + 1:]), names
+
+
+def test_side_by_side_the_venvs_are_made_on_a_thread_of_their_own_once_each(fake, matrix):
+    fake.seen.pop("venvs", None)
+    fake(jobs=2, out="side")
+    made = fake.seen["venvs"]
+    assert len(made) == len(set(made))                       # each venv once
+    torch = [v for v in made if v.startswith("torch-")]
+    assert torch and made[:len(torch)] == torch              # the builds' torch venvs first
+    assert {v for v in made if v.startswith("ort-")} == {"ort-1.17.3", "ort-1.32.0"}
+    fake.seen.pop("venvs")
+    fake(jobs=1, out="serial")
+    assert "venvs" not in fake.seen                          # one slot: each stage makes its own
