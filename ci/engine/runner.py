@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -321,7 +321,7 @@ def _broken(log: Path, exc: Exception) -> Result:
 
 
 def gathered(stage: mx.Stage, cell: mx.Cell, cells: tuple[mx.Cell, ...],
-             rows: list[Mapping[str, Result]]) -> dict[str, Result]:
+             rows: Sequence[Mapping[str, Result]]) -> dict[str, Result]:
     """The inputs of a gathering stage: the passing results of every cell of its group."""
     group = [row for other, row in zip(cells, rows)
              if all(other.values[a] == cell.values[a] for a in stage.depends)]
