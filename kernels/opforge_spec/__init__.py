@@ -4,21 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .numerics import DTYPES, Errors, dtype_name, measure, round_to, ulp
-from .ops import (
-    ADD_RMS_NORM,
+from .model import (
     DOMAIN,
     DOMAIN_VERSION,
     FLOAT32_OVERFLOW,
-    GEGLU,
-    GELU_CUBIC,
-    OPS,
     RANK_AT_LEAST_1,
     RESIDUAL_EXPECTED,
-    RMS_NORM,
-    SQRT_2_OVER_PI,
-    SWIGLU,
-    SWISH,
     WEIGHT_EXPECTED,
     Attr,
     BadCase,
@@ -27,8 +18,19 @@ from .ops import (
     error,
     finite_in_float32,
     format_number,
-    output_shape,
     strided,
+)
+from .numerics import DTYPES, Errors, dtype_name, measure, round_to, ulp
+from .ops import (
+    ADD_RMS_NORM,
+    GEGLU,
+    GELU_CUBIC,
+    OPS,
+    RMS_NORM,
+    SQRT_2_OVER_PI,
+    SWIGLU,
+    SWISH,
+    output_shape,
 )
 
 __all__ = [

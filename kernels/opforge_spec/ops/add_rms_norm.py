@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import WEIGHT_EXPECTED, Attr, BadCase, Case, OpSpec, _finite_non_negative
+from ..model import WEIGHT_EXPECTED, BadCase, Case, OpSpec
 from .rms_norm import (
+    EPSILON,
     rms_norm_composed,
     rms_norm_decomposed,
     rms_norm_independent,
@@ -85,7 +86,7 @@ ADD_RMS_NORM = OpSpec(
     torch_name="add_rms_norm",
     inputs=("X", "R", "W"),
     outputs=("Y", "H"),
-    attributes={"epsilon": Attr("epsilon", 1e-6, "added to the mean square", _finite_non_negative)},
+    attributes={"epsilon": EPSILON},
     reference_impl=add_rms_norm_reference,
     # RMSNorm's bars, but float16 twice as wide: the kernels normalize H as stored (rounded to
     # X's dtype, so that Y = RMSNorm(H) of the H they return), the float64 reference the exact sum;

@@ -84,11 +84,14 @@ def _rms_norm_bad_cases() -> list:
     ]
 
 
+EPSILON = Attr("epsilon", 1e-6, "added to the mean square", _finite_non_negative)  # and AddRMSNorm's
+
+
 RMS_NORM = OpSpec(
     name="RMSNorm",
     torch_name="rms_norm",
     inputs=("X", "W"),
-    attributes={"epsilon": Attr("epsilon", 1e-6, "added to the mean square", _finite_non_negative)},
+    attributes={"epsilon": EPSILON},
     reference_impl=rms_norm_reference,
     # fp32 looser than torch's default: the row reduction runs in a different order (and on the GPU
     # in float32) than the float64 reference; bar set by the issue.

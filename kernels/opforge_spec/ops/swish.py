@@ -47,14 +47,23 @@ def _swish_cases(rng: np.random.Generator, dtype: str) -> list:
     ]
 
 
+BETA = Attr("beta", 1.0, "slope inside the sigmoid", _finite)   # Swish's and SwiGLU's
+
+
+def beta_bad_cases(op_name: str, x: np.ndarray) -> list:
+    """The beta values every op with BETA refuses, naming the op and beta."""
+    return [
+        BadCase("nan_beta", (x,), {"beta": float("nan")}, (f"opforge.{op_name}", "beta")),
+        BadCase("inf_beta", (x,), {"beta": float("-inf")}, (f"opforge.{op_name}", "beta")),
+        # finite as a double, inf as the float32 every kernel computes with
+        BadCase("beta_beyond_float32", (x,), {"beta": 1e39}, (f"opforge.{op_name}", "beta")),
+    ]
+
+
 def _swish_bad_cases() -> list:
-    x = np.ones((2, 3), np.float32)
     return [
         BadCase("int64_input", (np.ones((2, 3), np.int64),), {}, ("opforge.Swish", "X")),
-        BadCase("nan_beta", (x,), {"beta": float("nan")}, ("opforge.Swish", "beta")),
-        BadCase("inf_beta", (x,), {"beta": float("-inf")}, ("opforge.Swish", "beta")),
-        # finite as a double, inf as the float32 every kernel computes with
-        BadCase("beta_beyond_float32", (x,), {"beta": 1e39}, ("opforge.Swish", "beta")),
+        *beta_bad_cases("Swish", np.ones((2, 3), np.float32)),
     ]
 
 
@@ -62,7 +71,7 @@ SWISH = OpSpec(
     name="Swish",
     torch_name="swish",
     inputs=("X",),
-    attributes={"beta": Attr("beta", 1.0, "slope inside the sigmoid", _finite)},
+    attributes={"beta": BETA},
     reference_impl=swish_reference,
     # fp32: the issue's bar (looser rtol than torch's 1.3e-6: one rounding of exp plus the product,
     # tighter atol); half types: torch.testing defaults (output rounding dominates).
