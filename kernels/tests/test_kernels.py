@@ -327,7 +327,7 @@ def test_cuda_kernels_compile_to_sass_and_ptx(tmp_path):
 
 
 ATTR_VALUES = [1.0, 0.0, -0.0, -0.75, 1e-6, 1e-50, 1e38, 3.4028234663852886e38,
-               spec.ops.FLOAT32_OVERFLOW, np.nextafter(spec.ops.FLOAT32_OVERFLOW, 0), 1e39, -1e39,
+               spec.FLOAT32_OVERFLOW, np.nextafter(spec.FLOAT32_OVERFLOW, 0), 1e39, -1e39,
                1e300, -1.0, float("inf"), float("-inf"), float("nan"), -float("nan")]
 
 
