@@ -99,7 +99,7 @@ def image_job(tag: str, needs: str | None = None) -> dict:
         "  exit 1\n"
         "fi\n"
         "sudo --preserve-env=OPFORGE_PODMAN_ROOT,REGISTRY_TOKEN,GITHUB_ACTOR bash -c \\\n"
-        "  'source docker/podman.sh && opforge_podman push --creds "
+        "  'source docker/podman.sh && opforge_engine push --creds "
         "\"$GITHUB_ACTOR:$REGISTRY_TOKEN\" \"$1\" \"docker://$2\"' push \"$built\" \"$IMAGE\"\n")
     job = {
         "name": "image (docker/Dockerfile, in the repository's packages)",
