@@ -33,6 +33,7 @@ def check_all(spec: Any) -> None:
     for name, value in spec.settings.items():
         _check_setting(name, value, f"settings.{name}", spec.python)
     _check_rules(spec.rules, axes, spec.settings, spec.python)
+    _check_stage_defaults(spec.stage_defaults, spec.stages, spec.tools)
     _check_stages(spec.stages, spec.settings, spec.tools)
     _check_profiles(spec.profiles, axes, spec.stages)
     _check_suite(spec.suite, axes)
@@ -128,6 +129,25 @@ def resolve(axes: Mapping, values: Mapping[str, str], attr: str) -> Any:
     return major(value) if want_major else (None if value is None else str(value))
 
 
+def _check_stage_defaults(groups: Mapping[str, Any], stages: Mapping[str, Any],
+                          tools: Mapping) -> None:
+    """What a group names exists, used or not (whether it is earlier: each stage that uses it)."""
+    for group, keys in groups.items():
+        where = f"stage_defaults.{group}"
+        for index, before in enumerate(keys.after or ()):
+            if before not in stages:
+                raise MatrixError(f"{where}.after[{index}]", f"{before!r}: expected a stage name "
+                                  f"(known: {', '.join(stages)})")
+        _check_tools(keys.tools or (), where, tools)
+
+
+def _check_tools(names: tuple, where: str, tools: Mapping) -> None:
+    for index, tool in enumerate(names):
+        if tool not in tools:
+            raise MatrixError(f"{where}.tools[{index}]", f"{tool!r}: not a key of tools: "
+                              f"(known: {', '.join(tools)})")
+
+
 def _check_stages(stages: Mapping[str, Any], settings: Mapping, tools: Mapping) -> None:
     earlier: list[str] = []
     for name, stage in stages.items():
@@ -136,10 +156,7 @@ def _check_stages(stages: Mapping[str, Any], settings: Mapping, tools: Mapping) 
             if before not in earlier:
                 raise MatrixError(f"{where}.after[{index}]", f"{before!r}: expected an earlier "
                                   f"stage (earlier: {', '.join(earlier) or 'none'})")
-        for index, tool in enumerate(stage.tools):
-            if tool not in tools:
-                raise MatrixError(f"{where}.tools[{index}]", f"{tool!r}: not a key of tools: "
-                                  f"(known: {', '.join(tools)})")
+        _check_tools(stage.tools, where, tools)
         _check_placeholders(stage, where, settings)
         earlier.append(name)
 

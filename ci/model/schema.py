@@ -43,6 +43,7 @@ from ci.model.values import (
     Conditions,
     Opset,
     Pins,
+    Reason,
     Scalar,
     SettingName,
     VersionText,
@@ -109,6 +110,15 @@ class Rule(Section):
         return self
 
 
+def _readable_placeholders(texts: tuple[str, ...] | dict[str, str]) -> Any:
+    for at, text in (texts.items() if isinstance(texts, dict) else enumerate(texts)):
+        try:
+            list(string.Formatter().parse(text))
+        except ValueError as exc:         # an unclosed `{out`
+            raise refuse(f"{text!r}: {exc}", at=at) from None
+    return texts
+
+
 @checked_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class Stage:
     """A stage; its name is its key in `stages:`."""
@@ -124,8 +134,10 @@ class Stage:
     after: tuple[StrictStr, ...] = Field(default=(), description="a list of earlier stages")
     needs: tuple[Literal["gpu", "tensorrt-runtime"], ...] = Field(default=(), description="a list")
     cache: Literal["inputs", "run"] = "inputs"
-    run: tuple[StrictStr, ...] = Field(default=(), description="an argv list [script.py, args...]")
-    env: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="NAME: text")
+    run: Annotated[tuple[StrictStr, ...], AfterValidator(_readable_placeholders)] = Field(
+        default=(), description="an argv list [script.py, args...]")
+    env: Annotated[dict[StrictStr, StrictStr], AfterValidator(_readable_placeholders)] = Field(
+        default_factory=dict, description="NAME: text")
     key: Literal["full", "own"] = "full"
     gather: Literal[Axis, None] = None    # runs once the cells differing only in it are done
     slow: StrictBool = False              # skipped with --skip-slow
@@ -139,16 +151,6 @@ class Stage:
 
     def placeholders(self) -> set[str]:
         return placeholders([*self.run, *self.env.values()])
-
-    @field_validator("run", "env")
-    @classmethod
-    def _readable_placeholders(cls, texts: tuple[str, ...] | dict[str, str]) -> Any:
-        for at, text in (texts.items() if isinstance(texts, dict) else enumerate(texts)):
-            try:
-                list(string.Formatter().parse(text))
-            except ValueError as exc:         # an unclosed `{out`
-                raise refuse(f"{text!r}: {exc}", at=at) from None
-        return texts
 
     @model_validator(mode="after")
     def _what_its_kind_needs(self) -> Stage:
@@ -172,6 +174,22 @@ class Stage:
         return self
 
 
+def _stage_defaults_model() -> type[Section]:
+    """A `stage_defaults:` group: any of a stage's keys, each of the stage's type, checked where it
+    is written whether or not a stage uses the group (which keys a stage needs, the stage says)."""
+    fields = {name: (Optional[_declared_type(field)], Field(None, description=field.description))
+              for name, field in Stage.__pydantic_fields__.items() if name != "name"}  # type: ignore[attr-defined]  # set by the pydantic dataclass
+    return _section("StageDefaults", **fields)
+
+
+def _declared_type(field: Any) -> Any:
+    """A field's type with its validators and constraints (pydantic keeps them apart)."""
+    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+
+
+StageDefaults = _stage_defaults_model()
+
+
 VARIANT_NAME = re.compile(r"[a-z0-9]+")   # also the wheels' PEP 440 local version label
 
 
@@ -186,7 +204,7 @@ class Variant(Section):
     arch_list: Optional[AxisValues] = None
     cpu_builds: StrictBool = False
     default: StrictBool = False     # plain version (no label): the variant for PyPI
-    skip: Optional[StrictStr] = Field(None, description="why the variant is declared but not built")
+    skip: Optional[Reason] = None   # why the variant is declared but not built
 
 
 def _variant_names(variants: dict | None) -> dict | None:
@@ -217,7 +235,7 @@ class Exclusion(Section):
     values match each axis it names; `why` is what --list and the report say."""
 
     unknown: ClassVar[str] = "unknown axis or key"
-    why: StrictStr = Field(min_length=1)
+    why: Reason
     toolkit: Optional[AxisValue] = None
     torch: Optional[AxisValue] = None
     arch_list: Optional[AxisValue] = None
@@ -295,7 +313,7 @@ class MatrixFile(Section):
     tensorrt: _values_of(dict[VersionText, TensorrtRelease], "TensorRT releases")  # type: ignore[valid-type]
     settings: dict[SettingName, Scalar] = Field(description="a mapping of setting: default")
     rules: tuple[Rule, ...] = Field(description="a list of rules")
-    stage_defaults: dict[StrictStr, dict[StrictStr, Any]] = Field(
+    stage_defaults: dict[StrictStr, StageDefaults] = Field(  # type: ignore[valid-type]  # a create_model section
         {}, description="a mapping of names to stage keys")
     stages: dict[StrictStr, Stage] = Field(description="a mapping of stage names")
     profiles: dict[StrictStr, Profile] = Field(description="a mapping of profile names")
@@ -339,7 +357,6 @@ class MatrixFile(Section):
         groups = data.get("stage_defaults") or {}
         if not isinstance(groups, Mapping):
             return data              # the field's own check names the problem
-        _check_default_groups(groups)
         stages = {name: _with_defaults(name, spec, groups) for name, spec in data["stages"].items()}
         return {**data, "stages": stages}
 
@@ -371,22 +388,16 @@ class MatrixFile(Section):
 
 # ------------------------------------------------------------------------------ stage defaults
 
-STAGE_KEYS = tuple(name for name in Stage.__pydantic_fields__ if name != "name")  # type: ignore[attr-defined]  # set by the pydantic dataclass
-
-
-def _check_default_groups(groups: Mapping) -> None:
-    for group, keys in groups.items():
-        for key in keys if isinstance(keys, Mapping) else ():
-            if key not in STAGE_KEYS:
-                raise MatrixError(f"stage_defaults.{group}.{key}",
-                                  f"unknown key (known: {', '.join(STAGE_KEYS)})")
-
 
 def _with_defaults(name: Any, spec: Any, groups: Mapping) -> Any:
+    """The stage with the keys of its group it does not set; a group that is not a mapping is left
+    to the check of stage_defaults, which names it where it is written."""
     if not isinstance(spec, Mapping) or "defaults" not in spec:
         return spec
     group = spec["defaults"]
-    if not isinstance(group, str) or not isinstance(groups.get(group), Mapping):
+    if isinstance(group, str) and group in groups and not isinstance(groups[group], Mapping):
+        return spec
+    if not isinstance(group, str) or group not in groups:
         raise MatrixError(f"stages.{name}.defaults", f"expected a key of stage_defaults (known: "
                           f"{', '.join(map(str, groups)) or 'none'}), got {show(group)}")
     own = {key: value for key, value in spec.items() if key != "defaults"}

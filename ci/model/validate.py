@@ -25,7 +25,29 @@ def validate(data: Any) -> MatrixFile:
     try:
         return MatrixFile.model_validate(data)
     except ValidationError as exc:
-        raise _one_error(exc.errors(include_url=False)[0], data) from None
+        raise _at_its_defaults(_one_error(exc.errors(include_url=False)[0], data), data) from None
+    except MatrixError as exc:        # raised by a validator outside pydantic's error handling
+        raise _at_its_defaults(exc, data) from None
+
+
+def _at_its_defaults(error: MatrixError, data: Mapping) -> MatrixError:
+    """An error at a stage's key that the stage takes from `stage_defaults.GROUP` is named there,
+    where the value is written: `stage_defaults.suite.after[0]: ... (taken by stages.suite-x)`."""
+    stages, groups = data.get("stages"), data.get("stage_defaults")
+    if not isinstance(stages, Mapping) or not isinstance(groups, Mapping):
+        return error
+    for name, spec in stages.items():
+        prefix = f"stages.{name}."
+        if not error.where.startswith(prefix) or not isinstance(spec, Mapping):
+            continue
+        rest = error.where[len(prefix):]
+        key = rest.split(".")[0].split("[")[0]
+        group = spec.get("defaults")
+        keys = groups.get(group) if isinstance(group, str) else None
+        if key not in spec and isinstance(keys, Mapping) and key in keys:
+            return MatrixError(f"stage_defaults.{group}.{rest}",
+                               f"{error.problem} (taken by stages.{name})")
+    return error
 
 
 def _one_error(error: Mapping, data: Mapping) -> MatrixError:

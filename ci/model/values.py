@@ -138,6 +138,9 @@ SettingName = Annotated[str, checked(lambda value: isinstance(value, str) and SE
 Scalar = Annotated[Any, checked(_is_scalar, "text, a number, true/false or null")]
 Conditions = Annotated[tuple[Annotated[Condition, PlainValidator(_condition)], ...],
                        Field(description="a list of conditions")]
+# a `why:` the reports print: text with something in it ("   " says nothing)
+Reason = Annotated[str, checked(lambda value: isinstance(value, str) and value.strip(),
+                                "text saying why (not blank)")]
 
 
 def placeholders(texts: list[str]) -> set[str]:

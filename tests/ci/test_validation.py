@@ -149,3 +149,15 @@ def test_matrix_session_refuses_a_corrupted_file_before_running(tmp_path, monkey
     monkeypatch.setattr(mx.load, "__defaults__", (broken,))
     assert runner.main(["--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("why", ["", "   ", "\t\n"])
+def test_an_exclusion_with_a_blank_why_is_refused(mutated, why):
+    mutated["profiles"]["host"]["exclude"] = [{"torch": "2.13.0", "why": why}]
+    assert error_of(mutated) == ("matrix.yaml: profiles.host.exclude[0].why: expected text saying "
+                                 f"why (not blank), got {why!r}")
+
+
+def test_a_blank_rule_why_is_refused(mutated):
+    mutated["rules"][0]["why"] = "   "
+    assert error_of(mutated) == "matrix.yaml: rules.torch-cuda-major.why: every rule says why it exists"
