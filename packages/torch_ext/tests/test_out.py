@@ -10,9 +10,10 @@ import opforge_spec as spec
 import opforge_torch
 from opforge_torch._checks import out_names
 
-X = torch.randn(3, 2 * 8)
-R = torch.randn(3, 2 * 8)
-W = torch.rand(2 * 8) + 0.5
+_GEN = torch.Generator().manual_seed(0)
+X = torch.randn(3, 2 * 8, generator=_GEN)
+R = torch.randn(3, 2 * 8, generator=_GEN)
+W = torch.rand(2 * 8, generator=_GEN) + 0.5
 ATTRS = {"beta": 1.3, "epsilon": 1e-5}  # a value other than the default for each attribute
 OPS = list(spec.OPS)
 
@@ -136,7 +137,7 @@ _SHIFTED = [pytest.param(op, i, input_name, id=f"{op}-{out_names(_spec(op))[i]}-
 def test_an_out_shifted_one_element_over_an_input_is_refused_and_left_untouched(op, index, input_name):
     size = X.numel()
     shape = _shapes(op)[index]
-    buffer = torch.randn(size + 1)
+    buffer = torch.randn(size + 1, generator=torch.Generator().manual_seed(1))
     before = buffer.clone()
     shifted_input = buffer[:size].view(X.shape)
     outs = list(_fresh_outs(op, 0.0))
@@ -149,7 +150,7 @@ def test_an_out_shifted_one_element_over_an_input_is_refused_and_left_untouched(
 
 @pytest.mark.parametrize("op,index", _each_output([op for op in OPS if _has(op, "W")]))
 def test_an_out_overlapping_the_weight_is_refused(op, index):
-    buffer = torch.rand(X.numel() + 1) + 0.5
+    buffer = torch.rand(X.numel() + 1, generator=torch.Generator().manual_seed(2)) + 0.5
     outs = list(_fresh_outs(op, 0.0))
     outs[index] = buffer[1:].view(X.shape)
     with pytest.raises(RuntimeError) as info:
@@ -244,7 +245,7 @@ def test_out_with_a_tensor_requiring_grad_is_refused_and_outs_left_untouched(op,
 def test_out_written_under_no_grad_invalidates_a_saved_tensor(op, index):
     """Writing an output bumps its version counter, so autograd refuses to use it as a stale saved
     tensor instead of computing a wrong gradient."""
-    leaf = torch.randn(_shapes(op)[index], requires_grad=True)
+    leaf = torch.randn(_shapes(op)[index], generator=torch.Generator().manual_seed(3), requires_grad=True)
     saved = leaf.sigmoid()  # sigmoid's backward uses its output
     outs = list(_fresh_outs(op))
     outs[index] = saved
@@ -279,7 +280,7 @@ def test_a_large_out_takes_streamed_stores_with_the_same_values(dtype):
     the values are those of the allocating op (cached stores), NaN and infinities included, and an
     `out` starting mid cache line is written exactly, not a byte around it."""
     n = (32 << 20) // torch.tensor([], dtype=dtype).element_size() + 4099
-    x = torch.empty(n, dtype=dtype).uniform_(-20, 20)
+    x = torch.empty(n, dtype=dtype).uniform_(-20, 20, generator=torch.Generator().manual_seed(4))
     x[:3] = torch.tensor([float("nan"), float("inf"), float("-inf")])
     room = torch.zeros(n + 40, dtype=dtype)
     out = room[5:5 + n]
