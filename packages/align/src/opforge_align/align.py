@@ -11,7 +11,7 @@ import numpy as np
 from . import inputs as feeding
 from . import model as models
 from . import npz, runtimes, tolerances
-from .compare import Metrics, float_dtype, measure
+from .compare import Metrics, float_dtype, judged_dtype, measure
 from .errors import AlignError
 
 GOLDEN = "stored"  # the baseline's name when --load-outputs gives it
@@ -238,7 +238,8 @@ def _save(path: Path, feeds: dict, tensors: dict) -> str:
 
 
 def _compare(model, names, actual: dict, expected: dict, subject, baseline, overrides) -> list:
-    dtypes = {n: _dtype_of(model, n, actual.get(n)) for n in (t.name for t in model.tensors)}
+    dtypes = {n: _dtype_of(model, n, actual.get(n), expected.get(n))
+              for n in (t.name for t in model.tensors)}
     budgets = tolerances.budgets(model, dtypes, overrides)
     results = []
     for name in names:
@@ -258,8 +259,10 @@ def _compare(model, names, actual: dict, expected: dict, subject, baseline, over
     return results
 
 
-def _dtype_of(model, name: str, array) -> str | None:
+def _dtype_of(model, name: str, array, baseline) -> str | None:
+    """The dtype `name` is judged in: the coarser of the two sides' (a float64 reference against
+    a float32 golden: float32), else the model's."""
     if array is not None:
-        return float_dtype(array)
+        return judged_dtype(array, baseline) if baseline is not None else float_dtype(array)
     elem = model.elem_types.get(name)
     return float_dtype(np.zeros(0, models.np_dtype(elem))) if elem else "float32"

@@ -5,8 +5,13 @@ An element passes when |actual - expected| <= atol + rtol * (|expected| + scale)
 root mean square of the tensor's finite expected values: a sum that cancels (MatMul, Add, x - mean)
 leaves elements near zero whose error is set by the operands, not by the result, so the tensor's
 magnitude bounds them. NaN must sit where the expected tensor has NaN and infinities must match
-the expected value rounded to the actual tensor's dtype (1e39 is inf in float32). Integer and
-bool tensors must be equal."""
+the expected value rounded to the judged dtype (1e39 is inf in float32). Integer and bool tensors
+must be equal.
+
+A comparison is judged in the coarser float dtype of its two sides (`judged_dtype`): ULPs,
+rounding and the budget are that dtype's. A float32 runtime against the float64 reference is
+judged as float32, and so is the float64 reference against a float32 golden: the golden holds no
+more than float32, so a float64 budget would fail it on its own rounding."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -47,13 +52,28 @@ def float_dtype(array) -> str | None:
         return None
 
 
+def coarser(first: str | None, second: str | None) -> str | None:
+    """The coarser of two opforge_spec dtype names (the wider spacing at 1.0); None (not
+    floating) gives way to the other."""
+    known = [d for d in (first, second) if d is not None]
+    return max(known, key=lambda d: float(spec.ulp(d, 1.0)), default=None)
+
+
+def judged_dtype(actual, expected) -> str | None:
+    """The dtype a comparison is judged in: the coarser float dtype of its two sides; None when
+    `actual` is not floating (compared exactly)."""
+    own = float_dtype(actual)
+    return None if own is None else coarser(own, float_dtype(expected))
+
+
 def measure(actual, expected, rtol: float, atol: float) -> Metrics:
-    """`actual` (a runtime's tensor) against `expected` (the baseline, any precision)."""
+    """`actual` (a runtime's tensor) against `expected` (the baseline, any precision), judged in
+    the coarser dtype of the two."""
     a, e = np.asarray(actual), np.asarray(expected)
     if a.shape != e.shape:
         return Metrics(False, mismatched=-1,
                        detail=f"shape: expected {list(e.shape)}, got {list(a.shape)}")
-    dtype = float_dtype(a)
+    dtype = judged_dtype(a, e)
     if dtype is None:
         return _measure_exact(a, e)
     if a.size == 0:
@@ -64,8 +84,9 @@ def measure(actual, expected, rtol: float, atol: float) -> Metrics:
 
 def _measure_float(a, e, dtype, rtol, atol) -> Metrics:
     e_rounded = spec.round_to(dtype, e).astype(np.float64)
-    special = ~np.isfinite(e_rounded) | ~np.isfinite(a)
-    pattern_bad = special & ~((np.isnan(a) & np.isnan(e_rounded)) | (a == e_rounded))
+    a_rounded = spec.round_to(dtype, a).astype(np.float64)  # a float64 side overflows as dtype's
+    special = ~np.isfinite(e_rounded) | ~np.isfinite(a_rounded)
+    pattern_bad = special & ~((np.isnan(a_rounded) & np.isnan(e_rounded)) | (a_rounded == e_rounded))
     finite = ~special
     diff = np.where(finite, np.abs(a - e), 0.0)
     magnitude = np.where(finite, np.abs(e), 0.0)
@@ -103,9 +124,9 @@ def _p99(values: np.ndarray) -> float:
 
 
 def ulp_errors(actual, expected) -> np.ndarray:
-    """Per-element error in ULP of the actual tensor's dtype (finite elements only): the plot's data."""
+    """Per-element error in ULP of the judged dtype (finite elements only): the plot's data."""
     a, e = np.asarray(actual), np.asarray(expected)
-    dtype = float_dtype(a)
+    dtype = judged_dtype(a, e)
     if dtype is None or a.shape != e.shape:
         return np.zeros(0)
     with np.errstate(all="ignore"):
