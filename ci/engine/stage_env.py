@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -42,12 +41,12 @@ def venv_kind(job: Job) -> str:
     return job.stage.venv
 
 
-def prepared_venv(job: Job, ws: Workspace, extra_tools: Sequence[str] = ()) -> Path:
-    """The stage's venv with its tools and the wheels of its `after` stages installed on top
-    (only what changed since the venv last recorded it)."""
+def prepared_venv(job: Job, ws: Workspace) -> Path:
+    """The stage's venv with its tools (venvs.stage_tools) and the wheels of its `after` stages
+    installed on top (only what changed since the venv last recorded it)."""
     venv = ws.venv(job.matrix, job.cell, venv_kind(job), job.log)
     run = lambda argv: ws.sh(argv, job.log)  # noqa: E731
-    tools = [*venvs.tools_requirements(job.matrix, job.stage.tools), *extra_tools]
+    tools = venvs.stage_tools(job.matrix, job.stage)
     base = set(venvs.requirements(job.matrix, job.cell, venv_kind(job)))
     with ws.claims.preparing(venv):
         venvs.install_on_top(venv, {pin.split("==")[0]: (pin, pin) for pin in tools
@@ -76,10 +75,6 @@ def _dist_name(requirement: str) -> str:
     return canonicalize_name(Requirement(requirement).name)
 
 
-def pytest_tools(job: Job) -> list[str]:
-    return venvs.pytest_tools(job.matrix, job.stage)
-
-
 def xdist_args(job: Job) -> list[str]:
     if job.stage.serial or "pytest-xdist" not in job.matrix.tools:
         return []
@@ -92,7 +87,7 @@ def build_env(job: Job, ws: Workspace) -> dict[str, str]:
            "OPFORGE_CUDA_ARCHS": "", "OPFORGE_LOCAL_VERSION": ""}
     # zig compiles for glibc 2.28 (manylinux_2_28); a profile with `toolchain: native` skips it
     if "ziglang" in job.stage.tools and not job.cell.native_toolchain:
-        env["OPFORGE_ZIG"] = ws.zig(job.matrix, job.log)
+        env["OPFORGE_ZIG"] = ws.zig(job.matrix, job.stage.tools, job.log)
     if mx.builds_cuda(job.matrix, job.stage, job.cell):
         env.update(ws.toolkit(job.matrix, job.cell.values["toolkit"]))
         env["OPFORGE_CUDA_ARCHS"] = job.cell.values["arch_list"]

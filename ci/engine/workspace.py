@@ -7,7 +7,7 @@ import dataclasses
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ci import model as mx
@@ -129,7 +129,7 @@ class Workspace:
 
     def _make_sdist(self, matrix: mx.Matrix, folder: Path, outdir: Path, log: Path,
                     torch_venv: Path | None) -> Path:
-        build_pin = venvs.tools_requirements(matrix, ("build",))
+        build_pin = venvs.kind_tools(matrix, "build")
         if sdists.needs_torch(folder):
             assert torch_venv is not None, f"{folder.name}: its sdist needs a venv with torch"
             venv = torch_venv
@@ -149,10 +149,11 @@ class Workspace:
                 self._toolkits[tid] = dict(found.env)
             return self._toolkits[tid]
 
-    def zig(self, matrix: mx.Matrix, log: Path) -> str:
-        """The zig executable of the pinned ziglang wheel (`tools: ziglang`), in a venv of its own."""
-        venv = venvs.ensure("zig", venvs.tools_requirements(matrix, ("ziglang",)), self.logger(log),
-                            root=self.venv_root)
+    def zig(self, matrix: mx.Matrix, tools: Sequence[str], log: Path) -> str:
+        """The zig executable of the pinned ziglang wheel (a stage's `tools: [ziglang]`), in a
+        venv of its own."""
+        pins = [p for p in venvs.tools_requirements(matrix, tools) if p.startswith("ziglang==")]
+        venv = venvs.ensure("zig", pins, self.logger(log), root=self.venv_root)
         found = sorted(venv.glob("lib/python3*/site-packages/ziglang/zig"))
         if not found:
             raise RuntimeError(f"{venv}: the ziglang wheel installed no ziglang/zig executable")

