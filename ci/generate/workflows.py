@@ -47,6 +47,11 @@ ACTIONS = {
     "pypi": ("pypa/gh-action-pypi-publish", "ed0c53931b1dc9bd32cbe73a98c7f6766f8a527e", "v1.13.0"),
 }
 IMAGE_NAME = "opforge"
+# Repository variables, each with GitHub's value as its default: the registry the image job pushes
+# to and the GPU jobs pull from, and the GPU jobs' container options. A local run sets them (nox -s
+# act: a registry on 127.0.0.1, no --gpus on a machine without a GPU); nothing else differs.
+REGISTRY = "${{ vars.OPFORGE_REGISTRY || 'ghcr.io' }}"
+GPU_OPTIONS = "${{ vars.OPFORGE_GPU_OPTIONS || '--gpus all' }}"
 # The release: `nox -s release` (profile release) leaves DIST (wheels of every variant and the
 # sdists) and INDEX/<variant>/simple/ (a PEP 503 index per variant) under RELEASE_OUT.
 RELEASE_SESSION = "release"
@@ -80,10 +85,11 @@ def _summary(report_dir: str) -> dict:
 
 
 def image_job(tag: str, needs: str | None = None) -> dict:
-    """Build docker/Dockerfile with docker/build.sh and push it to ghcr.io/<repository>/opforge:<tag>,
+    """Build docker/Dockerfile with docker/build.sh and push it to
+    <registry>/<repository>/opforge:<tag> (REGISTRY: vars.OPFORGE_REGISTRY, default ghcr.io),
     unless the registry already has that tag; the jobs in the image read its name from `ref`."""
     script = (
-        'echo "$REGISTRY_TOKEN" | docker login ghcr.io -u "$GITHUB_ACTOR" --password-stdin\n'
+        'echo "$REGISTRY_TOKEN" | docker login "$OPFORGE_REGISTRY" -u "$GITHUB_ACTOR" --password-stdin\n'
         'if docker manifest inspect "$IMAGE" > /dev/null 2>&1; then\n'
         '  echo "opforge: $IMAGE is in the registry: not rebuilt"\n'
         "  exit 0\n"
@@ -108,13 +114,14 @@ def image_job(tag: str, needs: str | None = None) -> dict:
         "outputs": {"ref": "${{ steps.ref.outputs.ref }}"},
         # the runner is Ubuntu: debootstrap needs a Debian mirror, a repository variable
         "env": {"OPFORGE_IMAGE_TAG": tag,
+                "OPFORGE_REGISTRY": REGISTRY,
                 "OPFORGE_DEBIAN_MIRROR": "${{ vars.OPFORGE_DEBIAN_MIRROR }}",
                 "OPFORGE_DEBIAN_SECURITY_MIRROR": "${{ vars.OPFORGE_DEBIAN_SECURITY_MIRROR }}"},
         "steps": [
             _checkout(),
             # registry names are lower case; a repository's name need not be
             {"name": "Image name", "id": "ref",
-             "run": f'echo "ref=ghcr.io/${{GITHUB_REPOSITORY,,}}/{IMAGE_NAME}:$OPFORGE_IMAGE_TAG"'
+             "run": f'echo "ref=$OPFORGE_REGISTRY/${{GITHUB_REPOSITORY,,}}/{IMAGE_NAME}:$OPFORGE_IMAGE_TAG"'
                     ' >> "$GITHUB_OUTPUT"\n'},
             {"name": "Build and push (unless the registry has this tag)",
              "env": {"IMAGE": "${{ steps.ref.outputs.ref }}",
@@ -131,7 +138,7 @@ def _in_image(gpu: bool) -> dict:
     container = {"image": "${{ needs.image.outputs.ref }}",
                  "credentials": {"username": "${{ github.actor }}",
                                  "password": "${{ secrets.GITHUB_TOKEN }}"}}
-    return {**container, "options": "--gpus all"} if gpu else container
+    return {**container, "options": GPU_OPTIONS} if gpu else container
 
 
 def gathered_paths(matrix: mx.Matrix, profile: str = CI_PROFILE) -> list[str]:

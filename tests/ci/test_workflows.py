@@ -235,10 +235,15 @@ def test_gpu_cells_run_in_the_image_with_the_gpu(golden_matrix):
     image, cell = jobs["image"], jobs["cell"]
     assert image["env"]["OPFORGE_IMAGE_TAG"] == GOLDEN_TAG
     assert image["permissions"]["packages"] == "write"
-    assert "ghcr.io/${GITHUB_REPOSITORY,,}/opforge:$OPFORGE_IMAGE_TAG" in image["steps"][1]["run"]
+    # the registry and the GPU options are variables whose defaults are GitHub's (nox -s act sets
+    # them: a registry on 127.0.0.1, no --gpus)
+    assert image["env"]["OPFORGE_REGISTRY"] == "${{ vars.OPFORGE_REGISTRY || 'ghcr.io' }}"
+    assert "$OPFORGE_REGISTRY/${GITHUB_REPOSITORY,,}/opforge:$OPFORGE_IMAGE_TAG" in image["steps"][1]["run"]
+    assert 'docker login "$OPFORGE_REGISTRY"' in image["steps"][2]["run"]
+    assert "ghcr.io" not in image["steps"][1]["run"] + image["steps"][2]["run"]
     assert cell["needs"] == "image"
     assert cell["container"]["image"] == "${{ needs.image.outputs.ref }}"
-    assert cell["container"]["options"] == "--gpus all"
+    assert cell["container"]["options"] == "${{ vars.OPFORGE_GPU_OPTIONS || '--gpus all' }}"
     assert cell["runs-on"] == list(golden_matrix.profiles["ci-gpu"].runs_on)
 
 
