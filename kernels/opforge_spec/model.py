@@ -149,6 +149,16 @@ class OpSpec:
         return error(self.name, "R", RESIDUAL_EXPECTED + _shape_text(x_shape) + " (the shape of X)",
                      "shape " + _shape_text(r_shape))
 
+    def w_error(self, x_shape, w_shape) -> str | None:
+        """The rule of a per-column weight W (1-D, as long as X's last dim; X checked first), as
+        every layer words it (shapes.h w_shape_error); None when valid."""
+        x_shape, w_shape = tuple(x_shape), tuple(w_shape)
+        cols = x_shape[-1] if x_shape else 0
+        if len(w_shape) == 1 and w_shape[0] == cols:
+            return None
+        before, after = WEIGHT_EXPECTED
+        return error(self.name, "W", f"{before}{cols}{after}", "shape " + _shape_text(w_shape))
+
     def output_shape(self, shape) -> tuple:
         """Y's shape for X's shape (a second output H has X's shape)."""
         shape = tuple(shape)

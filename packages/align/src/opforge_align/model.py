@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -134,7 +135,50 @@ def as_float64(proto: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def dtype_names(proto: onnx.ModelProto) -> dict:
+    """tensor name -> the name of its dtype ("float32", "bfloat16", "int64", ...), for every tensor
+    of the main graph whose type onnx infers - past opforge nodes too: onnx knows no schema of
+    theirs and would stop there, so in an inference-only copy each output of an opforge node is
+    a Reshape of its X to a shape nobody knows (X's type, no shape)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    nodes = [stand_in for node in copy.graph.node for stand_in in _typed_like_x(node)]
+    del copy.graph.node[:]
+    copy.graph.node.extend(nodes)
+    copy.graph.input.append(helper.make_tensor_value_info(UNKNOWN_SHAPE, TensorProto.INT64, None))
+    if not any(o.domain in ("", "ai.onnx") for o in copy.opset_import):
+        copy.opset_import.append(helper.make_opsetid("", STAND_IN_OPSET))
+    found = {name: _dtype_name(elem) for name, elem in _elem_types(copy).items()}
+    return {name: dtype for name, dtype in found.items() if dtype and name != UNKNOWN_SHAPE}
+
+
 # ----------------------------------------------------------------------------------------------
+
+# The inference-only copy of dtype_names: the shape its stand-ins reshape to; the standard opset
+# it imports when the model imports none (Reshape takes its shape as an input from opset 5).
+UNKNOWN_SHAPE = "opforge_align::unknown_shape"
+STAND_IN_OPSET = 13
+
+
+def _typed_like_x(node) -> list:
+    """`node`, or for an opforge node one stand-in per named output: X's type, no shape."""
+    if node.domain != spec.DOMAIN:
+        return [node]
+    if not node.input or not node.input[0]:
+        return []  # no X: its outputs' types stay unknown
+    return [helper.make_node("Reshape", [node.input[0], UNKNOWN_SHAPE], [name])
+            for name in node.output if name]
+
+
+def _dtype_name(elem_type: int) -> str:
+    """numpy's name of an ONNX element type ("bfloat16" whatever onnx stores it as), or ""."""
+    if elem_type == TensorProto.BFLOAT16:
+        return "bfloat16"
+    try:
+        return np.dtype(np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        return ""
+
 
 def _first_line(err: Exception) -> str:
     text = str(err).strip()

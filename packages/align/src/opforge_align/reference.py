@@ -1,6 +1,8 @@
 """The `reference` runtime: onnx's ReferenceEvaluator (numpy) on a float64 copy of the model, with
 the opforge ops computed by the op spec's float64 references (opforge_spec): the value every other
-runtime, whatever its precision, is judged against."""
+runtime, whatever its precision, is judged against. An opforge node is refused as every layer
+refuses it - its inputs, outputs, attributes and tensors by the spec's rules (node_checks) - with
+one line naming the node."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,24 +12,20 @@ from onnx.reference.op_run import OpRun
 import opforge_spec as spec
 
 from .errors import AlignError
-from .model import NARROW_FLOATS, as_float64, np_dtype
+from .model import NARROW_FLOATS, as_float64, dtype_names, np_dtype
+from .node_checks import Context, Refused, checked_attributes
 from .outputs import as_tuple
 
 
 class _SpecOp(OpRun):
     op_domain = spec.DOMAIN
     spec_op: spec.OpSpec | None = None  # each op's subclass sets its op (_op_class)
+    context = Context()                 # each run's subclass sets its own (_for_run)
 
     def _compute(self, arrays: tuple, attrs: dict) -> tuple:
         op = self.spec_op
         assert op is not None  # an op's subclass
-        values = {}
-        for name, attr in op.attributes.items():
-            value = attr.default if attrs.get(name) is None else float(attrs[name])
-            message = attr.error(op.name, value)
-            if message:  # refused as every layer refuses it (the spec's rule and text)
-                raise ValueError(message)
-            values[name] = value
+        values = checked_attributes(op, self.onnx_node, arrays, attrs, self.context)
         # every output (AddRMSNorm's Y and H), in the node's output order
         return tuple(y.astype(arrays[0].dtype) for y in as_tuple(op, op.reference(*arrays, **values)))
 
@@ -49,16 +47,31 @@ def run(model, proto, feeds: dict, names: list, *, precision: str = "float64") -
     """`names` -> arrays computed by the reference evaluator. precision "float64": every float
     widened to float64 (inputs, initializers, constants, casts); "model": the model's dtypes."""
     _check_ops(model)
+    context = _context(model, widened=precision == "float64")
     if precision == "float64":
         proto = as_float64(proto)
         feeds = {k: _widen(v) for k, v in feeds.items()}
     try:
-        evaluator = ReferenceEvaluator(proto, new_ops=list(OP_CLASSES))
+        evaluator = ReferenceEvaluator(proto, new_ops=_for_run(context))
         results = evaluator.run(None, feeds, intermediate=True)
+    except Refused as err:  # the spec's words, the node named
+        raise AlignError(f"{model.path}: reference: {err}") from None
     except Exception as err:  # noqa: BLE001  the evaluator's refusal is the user's to read
         raise AlignError(f"{model.path}: reference: {type(err).__name__}: "
                          f"{_first_line(err)}") from None
     return {n: np.asarray(results[n]) for n in names if n in results}
+
+
+def _context(model, *, widened: bool) -> Context:
+    """What the opforge nodes of this run are told: the model's dtypes where the float64 copy
+    hides them, and the report's label of each node."""
+    dtypes = dtype_names(model.proto) if widened and model.has_domain(spec.DOMAIN) else {}
+    return Context(dtypes=dtypes, widened=widened, labels={t.name: t.node for t in model.tensors})
+
+
+def _for_run(context: Context) -> list:
+    """The evaluator ops of one run: each op's class, told the run's context."""
+    return [type(c.__name__, (c,), {"context": context}) for c in OP_CLASSES]
 
 
 def _check_ops(model) -> None:
