@@ -23,16 +23,32 @@ opforge_need() {
   exit 1
 }
 
-opforge_engine() {
+# The engine with opforge's settings, into the array OPFORGE_ENGINE_ARGV (podman: the private
+# store, vfs and runc; CONTAINERS_CONF, exported above, goes with them).
+opforge_engine_argv() {
   case "$OPFORGE_ENGINE" in
     podman)
-      opforge_need podman
-      podman --root "$OPFORGE_PODMAN_ROOT/root" --runroot "$OPFORGE_PODMAN_ROOT/run" \
-        --storage-driver=vfs --runtime="$(command -v runc || echo /usr/sbin/runc)" "$@" ;;
+      OPFORGE_ENGINE_ARGV=(podman --root "$OPFORGE_PODMAN_ROOT/root" --runroot "$OPFORGE_PODMAN_ROOT/run"
+        --storage-driver=vfs --runtime="$(command -v runc || echo /usr/sbin/runc)") ;;
     docker)
-      opforge_need docker
-      docker "$@" ;;
+      OPFORGE_ENGINE_ARGV=(docker) ;;
   esac
+}
+
+opforge_engine() {
+  opforge_need "$OPFORGE_ENGINE"
+  opforge_engine_argv
+  "${OPFORGE_ENGINE_ARGV[@]}" "$@"
+}
+
+# What opforge_engine ARGS runs, as one line a shell runs as it is (quoted, CONTAINERS_CONF first).
+opforge_engine_line() {
+  local conf=()
+  opforge_engine_argv
+  [ "$OPFORGE_ENGINE" = podman ] && conf=("CONTAINERS_CONF=$CONTAINERS_CONF")
+  local line
+  printf -v line '%q ' "${conf[@]}" "${OPFORGE_ENGINE_ARGV[@]}" "$@"
+  echo "${line% }"
 }
 
 opforge_image_exists() {

@@ -13,6 +13,7 @@ import ast
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import tomllib
@@ -106,13 +107,30 @@ def _upstream(debian_version: str) -> str:
 
 def download_wheels(profile: str, dest: Path = WHEELS) -> None:
     """Every pin a container run of `profile` installs, downloaded into dest for the image's
-    Python and platform (docker/run.sh --wheels DEST: pip works offline there)."""
-    matrix, platform = mx.load(), target(aptlock.load())
-    pip = [sys.executable, "-m", "pip", "download", "-q", "--dest", str(dest), *platform]
-    for pins in requirement_sets(matrix, profile):   # one resolution per venv's pin list
-        subprocess.run([*pip, *pins], check=True)
-    subprocess.run([*pip, "--no-deps", *no_deps_requirements()], check=True)
+    Python and platform (docker/run.sh --wheels DEST: pip works offline there). Says what it
+    downloads, set by set, and how much the folder holds (a cold host profile: GBs)."""
+    # one resolution per venv's pin list; the header wheel without its dependencies
+    sets = [*requirement_sets(mx.load(), profile), ["--no-deps", *no_deps_requirements()]]
+    download(sets, dest, target(aptlock.load()))
     print(f"wheels for profile {profile} in {dest}: docker/run.sh --wheels {dest} ...")
+
+
+def download(sets: list[list[str]], dest: Path, platform: list[str]) -> None:
+    """pip download of each pin list into dest, a line before and after each."""
+    pip = [sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--dest", str(dest),
+           *platform]
+    started = time.monotonic()
+    for number, pins in enumerate(sets, 1):
+        print(f"opforge: container wheels {number}/{len(sets)}: {' '.join(pins)}", flush=True)
+        subprocess.run([*pip, *pins], check=True)
+        print(f"opforge: container wheels {number}/{len(sets)} done: {folder_size(dest)} in "
+              f"{dest} after {time.monotonic() - started:.0f} s", flush=True)
+
+
+def folder_size(folder: Path) -> str:
+    """'412 files, 3.21 GB'."""
+    files = [path for path in folder.iterdir() if path.is_file()] if folder.is_dir() else []
+    return f"{len(files)} files, {sum(path.stat().st_size for path in files) / 1e9:.2f} GB"
 
 
 if __name__ == "__main__":

@@ -128,6 +128,10 @@ def probe(spec: ToolkitSpec | Mapping, toolkit_id: str = "toolkit") -> Probe:
                      f"this is {platform.system()} {platform.machine()}", cached)
     if cached:
         return Probe(True, f"provisioned in {_toolkit_dir(spec)}", True)
+    if os.environ.get("OPFORGE_NETWORK") == "none":   # docker/run.sh's container
+        return Probe(False, f"not provisioned in {_toolkit_dir(spec)}, and no network here to "
+                     "download it (docker/run.sh: --network=none): the image provisions the "
+                     "ci-gpu profile's toolkits; run on the host for this one", False)
     if importlib.util.find_spec("pip") is None:
         return Probe(False, f"needs pip in {sys.executable} to install the pinned wheels", False)
     if spec.source == "debian":

@@ -171,13 +171,26 @@ def made_here(venv: Path) -> bool:
     return command is None or command.endswith(f" {venv}")
 
 
+def offline_hint() -> str:
+    """Why pip cannot install, and the fix, where docker/run.sh runs without a network
+    (OPFORGE_NETWORK=none); "" elsewhere. Starts the error of every pip install the engine runs."""
+    if os.environ.get("OPFORGE_NETWORK") != "none":
+        return ""
+    fill = ("python3 ci/bootstrap.py -s container_wheels -- PROFILE on the host (the profile "
+            "this run selects), then docker/run.sh --wheels build/container-wheels ...")
+    if os.environ.get("PIP_FIND_LINKS"):
+        return f"no network here and the wheel folder lacks a pin (pip's reason below): {fill}; "
+    return ("no network here (docker/run.sh runs the container with --network=none) and no "
+            f"wheel folder: {fill}; ")
+
+
 def _check(command: list[str], log) -> None:
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.stdout.strip():
         log(done.stdout.strip())
     if done.returncode != 0:
-        raise RuntimeError(f"`{' '.join(command[:4])} ...` failed (exit {done.returncode}): "
-                           f"{done.stdout.strip()[-800:]}")
+        raise RuntimeError(f"{offline_hint()}`{' '.join(command[:4])} ...` failed "
+                           f"(exit {done.returncode}): {done.stdout.strip()[-800:]}")
 
 
 def installed(venv: Path) -> dict[str, str]:
@@ -201,7 +214,7 @@ def install_on_top(venv: Path, items: Mapping[str, tuple[str, str]], run, *,
     command = [str(python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                *pip_args, *(target for target, _ in todo.values())]
     if run(command) != 0:
-        raise RuntimeError(f"pip install {' '.join(todo)} into {venv.name} failed")
+        raise RuntimeError(f"{offline_hint()}pip install {' '.join(todo)} into {venv.name} failed")
     have = installed(venv)  # re-read: another stage of the run may have recorded meanwhile
     have.update({slot: token for slot, (_, token) in todo.items()})
     (venv / INSTALLED).write_text(json.dumps(have, indent=1, sort_keys=True) + "\n")

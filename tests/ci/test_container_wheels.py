@@ -57,3 +57,52 @@ def test_the_engine_installs_tools_only_from_the_stage_or_its_kind():
     literal = [f"{path.relative_to(REPO)}:{line}: {names}" for path in ENGINE
                for line, names in _tool_arguments(path) if names.split(".")[-1] != "tools"]
     assert literal == []
+
+
+def test_pip_in_the_offline_container_names_the_wheel_folder(tmp_path, monkeypatch):
+    """What docker/run.sh sets without --wheels: a real pip fails, the error says why and what to
+    run (pip's own words were `No matching distribution found`)."""
+    monkeypatch.setenv("OPFORGE_NETWORK", "none")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(tmp_path),
+           venvs.pin("build", MATRIX.tools["build"])]
+    with pytest.raises(RuntimeError) as failed:
+        venvs._check(pip, lambda line: None)   # what venvs.ensure runs pip install with
+    assert str(failed.value).startswith(
+        "no network here (docker/run.sh runs the container with --network=none) and no wheel "
+        "folder: python3 ci/bootstrap.py -s container_wheels -- PROFILE on the host")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    assert venvs.offline_hint().startswith("no network here and the wheel folder lacks a pin")
+    monkeypatch.delenv("OPFORGE_NETWORK")
+    assert venvs.offline_hint() == ""
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel, as pip reads one."""
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: "
+                                        "true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_the_download_says_what_it_fetches_and_how_much(tmp_path, monkeypatch, capfd):
+    """container_wheels fetches GBs: a line per pin set, then the folder's size (pip -q said
+    nothing for minutes)."""
+    source = tmp_path / "index"
+    source.mkdir()
+    _wheel(source, "opforge_demo", "1.0")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(source))
+    dest = tmp_path / "wheels"
+    container.download([["opforge-demo==1.0"]], dest, container.pip_target("3.11", "2.36", "x86_64"))
+    out = capfd.readouterr().out
+    assert "opforge: container wheels 1/1: opforge-demo==1.0\n" in out
+    assert f"opforge: container wheels 1/1 done: 1 files, 0.00 GB in {dest} after " in out
+    assert (dest / "opforge_demo-1.0-py3-none-any.whl").is_file()

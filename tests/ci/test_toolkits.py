@@ -137,6 +137,16 @@ def test_probe_downloads_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_probe_without_a_network_says_the_toolkit_cannot_be_had(tmp_path, monkeypatch):
+    """In docker/run.sh's container (--network=none) an unprovisioned toolkit is not available."""
+    monkeypatch.setenv("OPFORGE_CACHE", str(tmp_path))
+    monkeypatch.setenv("OPFORGE_NETWORK", "none")
+    found = toolkits.probe(PYPI, "cuda-13.0-pypi")
+    assert not found.available and not found.cached
+    assert "no network here to download it (docker/run.sh: --network=none)" in found.reason
+    assert "will be downloaded" not in found.reason
+
+
 def test_unknown_toolkit_cli_names_it():
     result = subprocess.run([sys.executable, "-m", "ci.toolkits", "--matrix", str(FROZEN), "probe",
                              "cuda-9.9-nowhere"], cwd=REPO, check=False, capture_output=True,
