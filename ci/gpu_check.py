@@ -12,9 +12,17 @@ the GPU bench's quick set, and writes OUT/report.md and OUT/report.json (the ben
 OUT/bench/, every part's log in OUT/check.log: 6 files). Every part it cannot run says
 `skipped: <reason>`; it exits 1 only when a part failed, and stays within --budget seconds.
 
+It writes only into folders it makes its own (marked with .opforge-gpu-check): OUT, --work and
+--prepare's DIR are refused (one line, exit 2) where they are a file, hold the repository or hold
+files it did not write, and it only ever replaces what it wrote there. --prepare records the
+sha256 of every file it carries (DIR/carried.json); the run refuses a carried folder holding
+anything unlisted, missing or changed.
+
 The plan and the report are functions of a Probe (what this machine has): tests/ci/test_gpu_check.py
 drives them with probes it makes up, and the real probe on the machine it runs on. Standard
-library only: it runs under whatever python3 holds the machine's torch.
+library only: it runs under whatever python3 holds the machine's torch (--prepare alone reads
+matrix.yaml, with pydantic; tests/ci/test_gpu_check_trust.py runs the check in a venv holding
+torch and nothing else).
 """
 from __future__ import annotations
 
@@ -32,12 +40,20 @@ from ci.gpucheck.common import (  # noqa: F401
     LOG_TAIL_BYTES,
     REPO,
     REPORT_RESERVE_S,
+    UsageError,
 )
 from ci.gpucheck.execute import Result, execute, judge, run_part  # noqa: F401
+from ci.gpucheck.folders import apart, check_writable
 from ci.gpucheck.plan import Layout, Part, plan, render_plan  # noqa: F401
-from ci.gpucheck.prepare import carried_requirements, prepare  # noqa: F401
 from ci.gpucheck.probe import Probe, probe  # noqa: F401
-from ci.gpucheck.report import bench_targets, check, overall, write_log, write_report  # noqa: F401
+from ci.gpucheck.report import (  # noqa: F401
+    bench_targets,
+    check,
+    overall,
+    target_table,
+    write_log,
+    write_report,
+)
 
 # ----------------------------------------------------------------------------------------- main
 
@@ -58,20 +74,45 @@ def parse(argv):
     return args
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
+def check_layout(layout: Layout, *, out_given: bool) -> None:
+    """Refuse (UsageError) folders the run may not write, or that overlap; writes nothing."""
+    check_writable(layout.work, "--work")
+    if layout.carried.is_relative_to(layout.work):
+        raise UsageError(f"--work {layout.work} is emptied first: it must not hold --carried "
+                         f"{layout.carried}")
+    if not out_given:
+        return
+    check_writable(layout.out, "OUT")
+    if layout.out.is_relative_to(layout.work):
+        raise UsageError(f"--work {layout.work} is emptied first: it must not hold OUT {layout.out}")
+    if not apart(layout.out, layout.carried):
+        raise UsageError(f"OUT {layout.out} and --carried {layout.carried} must not hold one another")
+
+
+def run(args) -> int:
     if args.prepare:
+        # --prepare alone reads matrix.yaml (ci.model, pydantic): the run needs the standard
+        # library and torch only
+        from ci.gpucheck.prepare import prepare  # noqa: PLC0415
+
         return prepare(args.prepare.resolve())
     layout = Layout(out=args.out.resolve() if args.out else Path("OUT"), work=args.work.resolve(),
                     carried=args.carried.resolve())
+    check_layout(layout, out_given=bool(args.out))
     if args.dry_run:
         p = probe(layout.carried)
         print(render_plan(p, plan(p, layout)))
         return 0
-    if REPO.is_relative_to(layout.work) or layout.out.is_relative_to(layout.work):
-        raise SystemExit(f"gpu-check: --work {layout.work} is emptied first: it must not hold the "
-                         "repository or OUT")
     return check(layout, budget_s=args.budget)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    try:
+        return run(args)
+    except UsageError as err:
+        print(f"gpu-check: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""What every part of the GPU check shares: the repository, the budget's constants, progress lines."""
+"""What every part of the GPU check shares: the repository, the budget's constants, progress lines,
+the usage error. Standard library only, as every module the run imports (tests/ci/test_gpu_check_trust.py)."""
 from __future__ import annotations
 
 import re
@@ -19,12 +20,17 @@ NO_GPU_SKIP = re.compile(r"\bno GPU\b", re.IGNORECASE)
 STARTED = time.monotonic()
 
 
+class UsageError(Exception):
+    """A folder or carried folder the check refuses: `gpu-check: <message>`, exit 2, nothing written."""
+
+
 def progress(message: str) -> None:
     print(f"[gpu-check {time.monotonic() - STARTED:4.0f} s] {message}", flush=True)
 
 
 def bench_report():
-    """bench/opforge_bench/gpu_report.py (no torch; the op names come from kernels/opforge_spec)."""
+    """bench/opforge_bench/gpu_report.py (no torch; the op names come from kernels/opforge_spec,
+    which needs numpy: ImportError where this python lacks it)."""
     for folder in (REPO / "kernels", REPO / "bench"):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))

@@ -1,13 +1,15 @@
-"""--prepare DIR, where there is a network: the wheels and ORT headers a GPU machine without one needs."""
+"""--prepare DIR, where there is a network: the wheels and ORT headers a GPU machine without one
+needs, and DIR/carried.json with the sha256 of each (the run uses nothing else). Only this module
+reads matrix.yaml (ci.model, pydantic): ci/gpu_check.py imports it for --prepare alone."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from ci.gpucheck import carried, folders
 from ci.gpucheck.common import REPO
 from ci.provision import debian
 
@@ -39,33 +41,38 @@ def _matrix():
 
 
 def prepare(dest: Path) -> int:
+    # refused before matrix.yaml is read (that may run this again in the bootstrap venv)
+    folders.check_writable(dest, "--prepare")
     matrix = _matrix()
     wanted = carried_requirements(matrix.tools, (REPO / "packages" / "ort_plugin" /
                                                  "pyproject.toml").read_text())
-    wheels = dest / "wheels"
-    shutil.rmtree(wheels, ignore_errors=True)
-    wheels.mkdir(parents=True)
+    folders.claim(dest, "--prepare")
+    folders.remove_own(dest, (*carried.GATHERED, carried.MANIFEST))
+    if not gather(dest, wanted, debian.ort_include_dir(matrix)):
+        return 1
+    data = carried.record(dest, wanted)
+    shown = dest.relative_to(REPO) if dest.is_relative_to(REPO) else dest
+    print(f"gpu-check --prepare: {shown}: {', '.join(data['wheels'])}, {carried.HEADERS}/ "
+          f"({data['bytes'] / 2**20:.1f} MiB, sha256 of each in {carried.MANIFEST}); on the GPU "
+          f"machine: python3 ci/gpu_check.py --carried {shown} OUT")
+    return 0
+
+
+def gather(dest: Path, wanted: list, ort_include: Path) -> bool:
+    """The wheels (downloaded, and opforge-spec's built) and the ORT headers into dest."""
+    wheels = dest / carried.WHEELS
+    wheels.mkdir()
     done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                            "--disable-pip-version-check", "-q", "-d", str(wheels), *wanted])
     if done.returncode != 0:
         print(f"gpu-check --prepare: pip download {' '.join(wanted)} failed", file=sys.stderr)
-        return 1
+        return False
     # the ORT plugin's build requirement opforge-spec (its CMake package and metadata provider are
     # entry points: kernels/ on PYTHONPATH alone does not declare them)
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
                            "-q", "-w", str(wheels), str(REPO / "kernels")])
     if done.returncode != 0:
         print("gpu-check --prepare: pip wheel kernels/ (opforge-spec) failed", file=sys.stderr)
-        return 1
-    include = dest / "ort-include"
-    shutil.rmtree(include, ignore_errors=True)
-    shutil.copytree(debian.ort_include_dir(matrix), include)
-    size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
-    (dest / "carried.json").write_text(json.dumps({"wheels": sorted(p.name for p in wheels.iterdir()),
-                                                   "requirements": wanted, "ort_include": "ort-include",
-                                                   "bytes": size}, indent=1))
-    shown = dest.relative_to(REPO) if dest.is_relative_to(REPO) else dest
-    print(f"gpu-check --prepare: {shown}: {', '.join(sorted(p.name for p in wheels.iterdir()))}, "
-          f"ort-include/ ({size / 2**20:.1f} MiB); on the GPU machine: python3 ci/gpu_check.py "
-          f"--carried {shown} OUT")
-    return 0
+        return False
+    shutil.copytree(ort_include, dest / carried.HEADERS)
+    return True

@@ -4,12 +4,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from ci.provision import toolkits
+from ci.gpucheck import carried as carried_folder
+
+SYSTEM_CUDA = Path("/usr/local/cuda")   # where CUDA_HOME is unset (as ci.provision.toolkits)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +36,7 @@ class Probe:
     scikit_build_core: str = ""
     liger: str = ""
     cuda_runtime_dir: str = ""   # torch's CUDA runtime wheel's lib/ (libcudart for opforge_ort)
-    carried_wheels: tuple = ()   # file names in CARRIED/wheels
+    carried_wheels: tuple = ()   # file names in CARRIED/wheels, as its carried.json lists them
     ort_include: str = ""        # a folder holding onnxruntime_c_api.h
 
 
@@ -87,20 +90,24 @@ def python_facts(python: str) -> dict:
 
 
 def cuda_home() -> str:
-    """OPFORGE_CUDA_HOME, else CUDA_HOME or the standard root (ci.provision.toolkits), else nvcc on PATH."""
-    roots = [os.environ.get("OPFORGE_CUDA_HOME"), str(toolkits.system_root())]
+    """OPFORGE_CUDA_HOME, else CUDA_HOME or /usr/local/cuda, else nvcc on PATH: the first holding bin/nvcc."""
+    roots = [os.environ.get("OPFORGE_CUDA_HOME"), os.environ.get("CUDA_HOME") or str(SYSTEM_CUDA)]
     on_path = shutil.which("nvcc")
     roots.append(str(Path(on_path).resolve().parent.parent) if on_path else None)
     return next((r for r in roots if r and (Path(r) / "bin" / "nvcc").is_file()), "")
 
 
 def nvcc_release(home: str) -> str:
+    """'13.0' from `nvcc --version` ('Cuda compilation tools, release 13.0, V13.0.88'); "" if none."""
     if not home:
         return ""
     try:
-        return toolkits.nvcc_version(Path(home) / "bin" / "nvcc")
-    except toolkits.ToolkitError:
+        done = subprocess.run([str(Path(home) / "bin" / "nvcc"), "--version"], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
         return ""
+    found = re.search(r"release (\d+\.\d+)", done.stdout)
+    return found.group(1) if done.returncode == 0 and found else ""
 
 
 def sanitizer_path(home: str) -> str:
@@ -111,19 +118,22 @@ def sanitizer_path(home: str) -> str:
     return next((c for c in candidates if c and Path(c).is_file()), "")
 
 
-def carried_ort_include(carried: Path) -> str:
-    for folder in (os.environ.get("OPFORGE_ORT_INCLUDE_DIR"), str(carried / "ort-include")):
-        if folder and (Path(folder) / "onnxruntime_c_api.h").is_file():
-            return folder
-    return ""
+def ort_include(carried: carried_folder.Carried) -> str:
+    """OPFORGE_ORT_INCLUDE_DIR where it holds the C API, else the verified carried headers."""
+    folder = os.environ.get("OPFORGE_ORT_INCLUDE_DIR")
+    if folder and (Path(folder) / "onnxruntime_c_api.h").is_file():
+        return folder
+    return carried.ort_include
 
 
 def probe(carried: Path, python: str = sys.executable) -> Probe:
+    """This machine; the carried folder only as --prepare recorded it (else UsageError, before
+    anything runs)."""
+    verified = carried_folder.verify(carried)
     facts = python_facts(python)
     known = {f.name for f in dataclasses.fields(Probe)}
     home = cuda_home()
-    wheels = tuple(sorted(p.name for p in (carried / "wheels").glob("*.whl")))
     return Probe(python=python, cores=len(os.sched_getaffinity(0)), cuda_home=home,
-                 nvcc=nvcc_release(home), sanitizer=sanitizer_path(home), carried_wheels=wheels,
-                 ort_include=carried_ort_include(carried),
+                 nvcc=nvcc_release(home), sanitizer=sanitizer_path(home),
+                 carried_wheels=verified.wheels, ort_include=ort_include(verified),
                  **{k: v for k, v in facts.items() if k in known})

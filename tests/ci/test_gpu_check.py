@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from ci import gpu_check as gc
+from ci.gpucheck.carried import record
+from ci.gpucheck.prepare import carried_requirements
 
 CHECK = REPO / "ci" / "gpu_check.py"
 SPEC_WHEEL = "opforge_spec-0.1.0-py3-none-any.whl"
@@ -228,8 +230,18 @@ def test_the_report_takes_the_bench_targets_when_the_bench_ran(tmp_path):
 
 def test_a_failed_bench_skips_its_targets_naming_the_failure(tmp_path):
     results = [gc.Result("bench", "fail", "exited 1")]
-    targets, bench = gc.bench_targets(results, layout(tmp_path))
-    assert bench is None and targets[0]["status"] == "skipped: the bench failed (exited 1)"
+    targets, bench, unlisted = gc.bench_targets(results, layout(tmp_path))
+    assert bench is None and unlisted == "" and targets[0]["status"] == "skipped: the bench failed (exited 1)"
+
+
+def test_the_target_table_is_the_one_the_bench_report_writes():
+    from ci.gpucheck.common import bench_report
+
+    rows = [{"id": "a", "target": "Swish float32 forward >= 85% of D2D copy", "bar": 0.85,
+             "ratio": 0.91, "status": "met", "detail": "3900 GB/s vs copy 4300 GB/s"},
+            {"id": "b", "target": "RMSNorm bfloat16 forward >= Liger", "bar": 1.0,
+             "status": "skipped: no GPU"}]
+    assert gc.target_table(rows) == bench_report().target_table(rows)
 
 
 def test_the_log_keeps_the_tail_of_each_part_and_out_stays_within_the_device_limits(tmp_path):
@@ -249,6 +261,7 @@ def test_the_log_keeps_the_tail_of_each_part_and_out_stays_within_the_device_lim
 def test_the_real_probe_reports_this_machine(tmp_path):
     (tmp_path / "wheels").mkdir()
     (tmp_path / "wheels" / "liger_kernel-0.8.5-py3-none-any.whl").write_bytes(b"")
+    record(tmp_path, ["liger-kernel==0.8.5"])
     probe = gc.probe(tmp_path)
     torch = pytest.importorskip("torch")
     assert bool(probe.gpu) == torch.cuda.is_available()
@@ -282,6 +295,6 @@ def test_the_check_plans_and_ends_quickly_here_with_every_gpu_part_skipped(tmp_p
 
 def test_prepare_downloads_the_matrix_pin_of_liger_and_the_plugin_build_backend():
     pyproject = (REPO / "packages" / "ort_plugin" / "pyproject.toml").read_text()
-    wanted = gc.carried_requirements({"liger-kernel": "9.9.9"}, pyproject)
+    wanted = carried_requirements({"liger-kernel": "9.9.9"}, pyproject)
     assert wanted[0] == "liger-kernel==9.9.9"
     assert wanted[1].startswith("scikit-build-core==") and wanted[1] in pyproject

@@ -140,8 +140,8 @@ def test_gpu_cells_install_onnxruntime_gpu_and_the_host_does_not(live):
 
 
 def test_the_gpu_check_finds_what_it_carries_in_matrix_yaml(live):
-    from ci import gpu_check
+    from ci.gpucheck.prepare import carried_requirements
 
     pyproject = (REPO / "packages" / "ort_plugin" / "pyproject.toml").read_text()
-    assert gpu_check.carried_requirements(live.tools, pyproject)[0] == \
+    assert carried_requirements(live.tools, pyproject)[0] == \
         f"liger-kernel=={live.tools['liger-kernel']}"
