@@ -16,6 +16,7 @@ OPS = torch.ops.opforge
 
 
 def _x(device="cpu"):
+    torch.manual_seed(0)  # every device's generator
     return torch.randn(2, 8, device=device)
 
 
