@@ -3,10 +3,10 @@
 # docker/build.sh), the repository mounted at /src, with no network.
 #   docker/run.sh SESSION [NOX ARGS...]        e.g. docker/run.sh matrix -- --profile host --list
 #   docker/run.sh --exec COMMAND [ARGS...]     any command, e.g. docker/run.sh --exec python -m ci.toolkits list
-# Options (before SESSION): --wheels DIR  a folder of wheels that pip installs from, offline
-# (`nox -s container_wheels` fills build/container-wheels); --cuda DIR  a host CUDA toolkit mounted
-# read-only at the same path; --gpu  pass every NVIDIA GPU in (also OPFORGE_GPU=1); --dry-run
-# print the engine command (a line to paste) without building or running. OPFORGE_ENGINE=podman|docker.
+# Options (before SESSION): --wheels DIR  a folder of wheels pip installs from, offline (`python3
+# ci/bootstrap.py -s container_wheels -- PROFILE` fills build/container-wheels); --cuda DIR  a host
+# CUDA toolkit mounted read-only at the same path; --gpu  every NVIDIA GPU passed in (also
+# OPFORGE_GPU=1); --dry-run  print the engine command, to paste, building and running nothing.
 set -euo pipefail
 # shellcheck source=docker/podman.sh
 source "$(dirname "${BASH_SOURCE[0]}")/podman.sh"
@@ -21,7 +21,7 @@ gpu=${OPFORGE_GPU:-0}
 dry_run=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --wheels) [ -d "${2:-}" ] || { echo "opforge: --wheels ${2:-}: not a folder (nox -s container_wheels makes build/container-wheels)" >&2; exit 2; }
+    --wheels) [ -d "${2:-}" ] || { echo "opforge: --wheels ${2:-}: not a folder (python3 ci/bootstrap.py -s container_wheels -- PROFILE makes build/container-wheels)" >&2; exit 2; }
               wheels=$(cd "$2" && pwd)
               mounts+=(-v "$wheels:/wheels:ro" -e PIP_NO_INDEX=1 -e PIP_FIND_LINKS=/wheels)
               shift 2 ;;

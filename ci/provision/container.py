@@ -1,4 +1,5 @@
-"""What a container run needs from PyPI, for the offline wheel folder (`nox -s container_wheels`).
+"""What a container run needs from PyPI, for the offline wheel folder (`python3 ci/bootstrap.py -s
+container_wheels -- PROFILE`).
 
 docker/run.sh runs with --network=none; with `--wheels build/container-wheels` pip installs from
 that folder only (PIP_NO_INDEX, PIP_FIND_LINKS). The folder must hold every pin a profile's stages

@@ -83,7 +83,8 @@ def test_the_wheel_folder_makes_pip_offline(tmp_path):
 def test_a_missing_wheel_folder_names_the_session(tmp_path):
     result = run_sh("--dry-run", "--wheels", str(tmp_path / "none"), "lint")
     assert result.returncode == 2
-    assert "not a folder (nox -s container_wheels makes build/container-wheels)" in result.stderr
+    assert ("not a folder (python3 ci/bootstrap.py -s container_wheels -- PROFILE makes "
+            "build/container-wheels)") in result.stderr
 
 
 def test_an_unknown_engine_is_refused():
