@@ -3,6 +3,7 @@
     python -m ci.act                                  # matrix.yml, wheels.yml, release.yml, whole
     python -m ci.act --only matrix.yml:generated-files --only wheels.yml
     python -m ci.act --plan                           # every job and step: run / replaced / skipped, why
+    python -m ci.act --commit HEAD                    # a clean clone of a commit, not the working tree
 
 Every job runs on this machine (act's self-hosted platform for ubuntu-latest, self-hosted and
 gpu), a job with `container:` in that image through podman's Docker API, pulled from the local
@@ -32,7 +33,6 @@ from ci.act import plan as act_plan
 from ci.act import report, services
 
 REPO = Path(__file__).resolve().parents[2]
-WORKFLOWS_DIR = REPO / ".github" / "workflows"
 WORKFLOWS = ("matrix.yml", "wheels.yml", "release.yml")
 # the event each workflow runs for locally, and its ref
 EVENTS = {"matrix.yml": ("push", "refs/heads/main"),
@@ -77,10 +77,11 @@ def selected_jobs(plan: act_plan.Plan, selection: Selection) -> list[act_plan.Jo
 
 @dataclass
 class Stage:
-    """What one act run gets: the services, act's flags and environment."""
+    """What one act run gets: the tree it runs, the services, act's flags and environment."""
 
     out: Path
     act: str
+    tree: Path = REPO
     services: list[services.Service] = field(default_factory=list)
     registry: str = ""
     docker_host: str = ""
@@ -124,20 +125,33 @@ def standin_folders(out: Path, plan: act_plan.Plan) -> dict[str, Path]:
     return folders
 
 
-def gpu_options(store: Path) -> str:
-    """The GPU jobs' container options here: no --gpus (no GPU), the artifact store mounted, and
-    the host's pip configuration (CA bundle, local wheel folders) where it has one."""
-    mounts = [f"-v {store}:{store}"]
-    for name in ("PIP_CERT", "SSL_CERT_FILE"):
-        path = os.environ.get(name)
-        if path and Path(path).is_file():
-            mounts.append(f"-v {path}:{path}:ro -e {name}={path}")
-    for folder in os.environ.get("PIP_FIND_LINKS", "").split():
-        if Path(folder).is_dir():
-            mounts.append(f"-v {folder}:{folder}:ro")
-    if os.environ.get("PIP_FIND_LINKS"):
-        mounts.append(f"-e PIP_FIND_LINKS={os.environ['PIP_FIND_LINKS']}")
-    return " ".join(mounts)
+# where pip reads its configuration (the runner machine's, passed into the GPU jobs' container)
+PIP_CONFIGS = (Path("/etc/pip.conf"), Path("/etc/xdg/pip/pip.conf"),
+               Path.home() / ".config" / "pip" / "pip.conf")
+
+
+def pip_paths(configs: Iterable[Path], environ: dict[str, str]) -> list[Path]:
+    """The files and folders this machine's pip configuration names (its config files, CA bundle,
+    find-links folders, file:// indexes: the folder above `simple/`, where its files live)."""
+    texts = [path.read_text() for path in configs] + [
+        value for key, value in environ.items() if key.startswith("PIP_")]
+    found = {*configs}
+    for token in (word for text in texts for word in re.split(r"[\s=]+", text)):
+        path = Path(token.removeprefix("file://"))
+        if path.is_absolute() and path.exists():
+            found.add(path.parent if path.name == "simple" else path)
+    return sorted(found)
+
+
+def container_options(store: Path) -> str:
+    """The options of the jobs in the image here: no --gpus (no GPU), the artifact store and this
+    machine's pip configuration (what it names, read-only; its PIP_* variables) passed in."""
+    configs = [path for path in PIP_CONFIGS if path.is_file()]
+    options = [f"-v {store}:{store}"]
+    options += [f"-v {path}:{path}:ro" for path in pip_paths(configs, dict(os.environ))]
+    options += [f"-e {key}={value}" for key, value in sorted(os.environ.items())
+                if key.startswith("PIP_") and " " not in value]
+    return " ".join(options)
 
 
 def event_file(out: Path, workflow: str) -> Path:
@@ -151,7 +165,8 @@ def event_file(out: Path, workflow: str) -> Path:
 def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Plan,
                 standins: dict[str, Path], store: Path) -> list[str]:
     event, _ = EVENTS[workflow]
-    command = [stage.act, event, "-W", str(WORKFLOWS_DIR / workflow), "-C", str(REPO), "--json",
+    workflows = stage.tree / ".github" / "workflows"
+    command = [stage.act, event, "-W", str(workflows / workflow), "-C", str(stage.tree), "--json",
                "-e", str(event_file(stage.out, workflow)), "--no-cache-server",
                "--action-cache-path", str(stage.out / "cache"), "--concurrent-jobs", "1",
                "--container-daemon-socket", "-", "-s", "GITHUB_TOKEN=opforge-act-local",
@@ -163,7 +178,10 @@ def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Pla
                 for arg in ("--matrix", f"id:{matrix_id}")]
     if stage.registry:
         command += ["--var", f"OPFORGE_REGISTRY={stage.registry}"]
-    command += ["--var", f"OPFORGE_GPU_OPTIONS={gpu_options(store)}"]
+    # jobs in the image: the GPU jobs through their options variable, the others (no options of
+    # their own) through act's --container-options
+    options = container_options(store)
+    command += ["--var", f"OPFORGE_GPU_OPTIONS={options}", "--container-options", options]
     if stage.docker_host:
         command += ["--env", f"DOCKER_HOST={stage.docker_host}"]
     if stage.index:
@@ -175,6 +193,17 @@ def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Pla
 # ------------------------------------------------------------------------------------- running
 
 PROGRESS = re.compile(r"^\s*(⭐ Run|✅|❌|🏁)")
+
+
+def clean_clone(out: Path, commit: str) -> Path:
+    """A clone of this repository at COMMIT under OUT/checkout: what act copies into each job."""
+    tree = out / "checkout"
+    shutil.rmtree(tree, ignore_errors=True)
+    for command in (["git", "clone", "--quiet", "--shared", "--no-checkout", str(REPO), str(tree)],
+                    ["git", "-C", str(tree), "checkout", "--quiet", "--detach", commit]):
+        if subprocess.run(command).returncode != 0:
+            raise SystemExit(f"opforge act: {' '.join(command)} failed")
+    return tree
 
 
 def run_act(command: list[str], log: Path, env: dict[str, str]) -> int:
@@ -232,11 +261,12 @@ def index_check(index: str, out: Path) -> report.Row:
 
 
 def run_all(args: argparse.Namespace) -> int:
-    plan = act_plan.load(WORKFLOWS_DIR, WORKFLOWS)
+    out = args.out.resolve()
+    tree = clean_clone(out, args.commit) if args.commit else REPO
+    plan = act_plan.load(tree / ".github" / "workflows", WORKFLOWS)
     selection = select(plan, args.only)
     jobs = selected_jobs(plan, selection)
-    out = args.out.resolve()
-    stage = Stage(out=out, act=args.act, twine=args.twine)
+    stage = Stage(out=out, act=args.act, tree=tree, twine=args.twine)
     started = time.monotonic()
     runs_by_workflow: dict[str, dict] = {}
     extra: list[report.Row] = []
@@ -305,10 +335,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="run this workflow, or this job and the jobs it needs (repeatable)")
     parser.add_argument("--out", type=Path, default=REPO / "build" / "act")
     parser.add_argument("--plan", action="store_true", help="print the plan, run nothing")
+    parser.add_argument("--commit", metavar="REF",
+                        help="run a clean clone of this commit instead of the working tree")
     parser.add_argument("--act", default=shutil.which("act") or "act")
     parser.add_argument("--twine", default=shutil.which("twine") or "twine")
     parser.add_argument("--pypi-server", default=shutil.which("pypi-server") or "pypi-server")
     args = parser.parse_args(argv)
     if args.plan:
-        return print_plan(act_plan.load(WORKFLOWS_DIR, WORKFLOWS))
+        return print_plan(act_plan.load(REPO / ".github" / "workflows", WORKFLOWS))
     return run_all(args)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -67,12 +68,13 @@ class Service:
     address: str
 
     def stop(self) -> None:
+        """End the service's process group (it was started in a session of its own)."""
         if self.process.poll() is None:
-            self.process.terminate()
+            os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                os.killpg(self.process.pid, signal.SIGKILL)
 
 
 def _start(name: str, command: list[str], log: Path, env: Mapping[str, str] | None = None
@@ -122,7 +124,9 @@ def start_registry(out: Path, port: int = REGISTRY_PORT) -> Service:
     if _port_open(port):
         raise ServiceError(f"{LOCALHOST}:{port} is taken: stop what serves it, or pass "
                            f"--registry-port")
-    address = f"{LOCALHOST}:{port}"
+    # podman's Docker-API login skips TLS only for a registry named localhost:PORT (it ignores
+    # registries.conf there): the registry serves 127.0.0.1 and goes by that name
+    address = f"localhost:{port}"
     config = out / "registry" / "config.yml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(registry_config(out / "registry" / "data", port))
@@ -139,7 +143,8 @@ def start_podman_socket(out: Path) -> Service:
     """podman's Docker API for act's container jobs, over a private store under OUT/podman."""
     sock = out / "podman.sock"
     sock.unlink(missing_ok=True)
-    script = 'source docker/podman.sh && exec opforge_engine system service --time=0 "unix://$0"'
+    # opforge_engine is a shell function: bash stays the parent, stop() ends the whole group
+    script = 'source docker/podman.sh && opforge_engine system service --time=0 "unix://$0"'
     command = ["bash", "-c", script, str(sock)]
     log = out / "logs" / "podman-service.log"
     log.parent.mkdir(parents=True, exist_ok=True)
