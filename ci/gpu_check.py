@@ -83,8 +83,9 @@ def check_layout(layout: Layout, *, out_given: bool) -> None:
     if not out_given:
         return
     check_writable(layout.out, "OUT")
-    if layout.out.is_relative_to(layout.work):
-        raise UsageError(f"--work {layout.work} is emptied first: it must not hold OUT {layout.out}")
+    if not apart(layout.out, layout.work):
+        raise UsageError(f"--work {layout.work} is emptied first and OUT's bench/ replaced: OUT "
+                         f"{layout.out} and --work must not hold one another")
     if not apart(layout.out, layout.carried):
         raise UsageError(f"OUT {layout.out} and --carried {layout.carried} must not hold one another")
 

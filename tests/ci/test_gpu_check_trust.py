@@ -102,9 +102,11 @@ def test_a_users_folder_as_work_is_refused_and_kept(repo_copy, tmp_path):
     assert (work / "thesis.tex").read_text() == "years" and not (tmp_path / "out").exists()
 
 
-def test_work_that_holds_the_carried_folder_is_refused(repo_copy, tmp_path):
-    done = gpu_check(repo_copy, tmp_path / "out", "--work", tmp_path, "--carried", tmp_path / "c")
+@pytest.mark.parametrize("out,work", [("out", "."), ("out", "out/bench"), ("out/work", "out")])
+def test_work_that_holds_the_carried_folder_or_overlaps_out_is_refused(repo_copy, tmp_path, out, work):
+    done = gpu_check(repo_copy, tmp_path / out, "--work", tmp_path / work, "--carried", tmp_path / "c")
     assert refused(done, "--work"), done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_out_a_file_and_prepare_a_file_end_in_one_line(repo_copy, tmp_path):
