@@ -36,7 +36,8 @@ class TwoOutputs(Block):
 
 
 def _save_program(module, path):
-    program = torch.export.export(module.eval(), (torch.randn(BATCH, WIDTH),))
+    x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(1))
+    program = torch.export.export(module.eval(), (x,))
     torch.export.save(program, str(path))
     return path
 
@@ -47,7 +48,8 @@ def files(tmp_path_factory):
     1 %, a module of another output width, one with two outputs."""
     folder = tmp_path_factory.mktemp("torch_runtime")
     block = Block().eval()
-    opforge_onnx.export(block, (torch.randn(BATCH, WIDTH),), str(folder / "block.onnx"),
+    x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(1))
+    opforge_onnx.export(block, (x,), str(folder / "block.onnx"),
                         dynamo=False, opset_version=17, input_names=["x"], output_names=["y"],
                         dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     perturbed = copy.deepcopy(block)
