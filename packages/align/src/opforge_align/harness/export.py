@@ -77,9 +77,10 @@ def sample_inputs(op, rank: int, dtype: str) -> tuple:
     if op.split > 1 and rank:  # the last axis holds every part
         dims = (*dims[:-1], op.split * dims[-1])
     torch_dtype = TORCH_DTYPES[dtype]
-    made = {"X": lambda: torch.randn(dims, dtype=torch_dtype),
-            "R": lambda: torch.randn(dims, dtype=torch_dtype),
-            "W": lambda: torch.rand(SAMPLE_DIMS[rank - 1], dtype=torch_dtype) + 0.5}
+    gen = torch.Generator().manual_seed(0)  # the same example inputs, hence models, every run
+    made = {"X": lambda: torch.randn(dims, dtype=torch_dtype, generator=gen),
+            "R": lambda: torch.randn(dims, dtype=torch_dtype, generator=gen),
+            "W": lambda: torch.rand(SAMPLE_DIMS[rank - 1], dtype=torch_dtype, generator=gen) + 0.5}
     return tuple(made[role]() for role in op.inputs)
 
 
