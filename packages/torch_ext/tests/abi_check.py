@@ -31,11 +31,11 @@ import sys, torch
 torch.ops.load_library(sys.argv[1])
 assert "opforge_torch" not in sys.modules
 x = torch.linspace(-3, 3, 11)
-w = torch.rand(11) + 0.5
+w = torch.rand(11, generator=torch.Generator().manual_seed(0)) + 0.5
 y = torch.ops.opforge.swish(x, 1.0)
-assert torch.allclose(y, x * torch.sigmoid(x), rtol=1e-5, atol=1e-6), y
+assert torch.allclose(y, x * torch.sigmoid(x), rtol=1e-5, atol=1e-6), y  # the spec's float32 Swish
 r = torch.ops.opforge.rms_norm(x[None], w, 1e-6)
-assert torch.allclose(r, x * torch.rsqrt(x.pow(2).mean() + 1e-6) * w, rtol=1e-4, atol=1e-5), r
+assert torch.allclose(r, x * torch.rsqrt(x.pow(2).mean() + 1e-6) * w, rtol=1e-4, atol=1e-5), r  # RMSNorm's
 print(torch.__version__)
 """
 
