@@ -160,7 +160,8 @@ def measure_config(cfg, form, *, skip: set, timer, device: str, reasons: dict) -
             "width": width, "bytes": moved, "l2_flushed": flush,
             "copy_gbps": moved / copy.median_s / 1e9}
     rows = [_row(base, plan.COPY, copy)]
-    grads = tuple(torch.randn_like(r) for r in reference)
+    gen = torch.Generator(device=device).manual_seed(1)
+    grads = tuple(torch.randn(r.shape, dtype=r.dtype, device=r.device, generator=gen) for r in reference)
     for variant, (fn, tensors) in _callables(form, inputs, skip).items():
         try:
             step = (_forward_step(fn, tensors) if mode == "forward" else

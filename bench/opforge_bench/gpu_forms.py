@@ -34,12 +34,12 @@ class Peer:
     liger_args: Callable | None = None
 
 
-def _rand(shape, dtype, device):
-    return torch.randn(shape, dtype=torch.float32, device=device).to(dtype)
+def _rand(shape, dtype, device, gen):
+    return torch.randn(shape, dtype=torch.float32, device=device, generator=gen).to(dtype)
 
 
-def _weight(width, dtype, device):
-    return (torch.rand(width, dtype=torch.float32, device=device) + 0.5).to(dtype)
+def _weight(width, dtype, device, gen):
+    return (torch.rand(width, dtype=torch.float32, device=device, generator=gen) + 0.5).to(dtype)
 
 
 def _input_maker(spec: opforge_spec.OpSpec) -> Callable:
@@ -47,8 +47,9 @@ def _input_maker(spec: opforge_spec.OpSpec) -> Callable:
     [tokens, width], a weight W [width]."""
     def make(tokens, width, dtype, device):
         shapes = {"X": (tokens, spec.split * width), "R": (tokens, width)}
-        return tuple(_weight(width, dtype, device) if name == "W" else
-                     _rand(shapes[name], dtype, device) for name in spec.inputs)
+        gen = torch.Generator(device=device).manual_seed(0)
+        return tuple(_weight(width, dtype, device, gen) if name == "W" else
+                     _rand(shapes[name], dtype, device, gen) for name in spec.inputs)
     return make
 
 

@@ -39,8 +39,9 @@ class GateUpSwiGLUMLP(nn.Module):
     @classmethod
     def from_llama(cls, mlp) -> GateUpSwiGLUMLP:
         gate, up = mlp.gate_proj, mlp.up_proj
-        gate_up = nn.Linear(gate.in_features, 2 * gate.out_features, bias=gate.bias is not None,
-                            dtype=gate.weight.dtype)
+        gate_up = torch.nn.utils.skip_init(  # no initial draw: the weights are copied next
+            nn.Linear, gate.in_features, 2 * gate.out_features, bias=gate.bias is not None,
+            dtype=gate.weight.dtype)
         with torch.no_grad():
             gate_up.weight.copy_(torch.cat([gate.weight, up.weight]))
             if gate.bias is not None:

@@ -153,7 +153,7 @@ def efficientnet(threads: int, repeat: int, budget_s: float) -> dict:
     base, ours = list(forms)
     exports = {"decomposed export": (base, True), "opforge Swish nodes": (ours, False),
                'opforge, decomposed="auto"': (ours, "auto")}
-    args = (torch.randn(*SHAPES["image"]),)
+    args = (torch.randn(*SHAPES["image"], generator=torch.Generator().manual_seed(0)),)
     return measure_model("EfficientNet-B0", forms, args, exports, threads=threads, repeat=repeat,
                          budget_s=budget_s)
 
@@ -163,7 +163,8 @@ def llama_mlp(threads: int, repeat: int, budget_s: float) -> dict:
     hf, fused, cat = list(forms)
     exports = {"HF LlamaMLP": (hf, False), "gate_up Linear + opforge SwiGLU": (fused, "auto"),
                "cat of two Linears + opforge SwiGLU": (cat, "auto")}
-    args = (torch.randn(1, SHAPES["tokens"], models.LLAMA_SHAPE["hidden_size"]),)
+    args = (torch.randn(1, SHAPES["tokens"], models.LLAMA_SHAPE["hidden_size"],
+                        generator=torch.Generator().manual_seed(0)),)
     return measure_model("LLaMA MLP", forms, args, exports, threads=threads, repeat=repeat,
                          budget_s=budget_s, bounds={GEMMS_ALONE: models.GemmsAlone(forms[hf])})
 
@@ -175,7 +176,8 @@ def llama_layer(threads: int, repeat: int, budget_s: float) -> dict:
     exports = {"HF LlamaDecoderLayer": (hf, False), 'opforge, decomposed="auto"': (ours, "auto"),
                "opforge, decomposed=True": (ours, True)}
     cos, sin = models.rotary(config, SHAPES["tokens"])
-    args = (torch.randn(1, SHAPES["tokens"], config.hidden_size), cos, sin)
+    args = (torch.randn(1, SHAPES["tokens"], config.hidden_size,
+                        generator=torch.Generator().manual_seed(0)), cos, sin)
     return measure_model("LLaMA decoder layer", forms, args, exports, threads=threads,
                          repeat=repeat, budget_s=budget_s)
 

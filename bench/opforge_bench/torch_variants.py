@@ -46,11 +46,12 @@ def inputs(op: str, n: int) -> dict:
     X's shape), y (preallocated output), h (a second output of X's shape), tmp; r and h only
     for an op that has them."""
     spec = opforge_spec.OPS[op]
-    x = torch.randn(*input_shape(op, n))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(*input_shape(op, n), generator=gen)
     y = torch.empty(*output_shape(op, n))
-    out = {"x": x, "y": y, "w": torch.rand(COLS) + 0.5, "tmp": torch.empty_like(y)}
+    out = {"x": x, "y": y, "w": torch.rand(COLS, generator=gen) + 0.5, "tmp": torch.empty_like(y)}
     if "R" in spec.inputs:
-        out["r"] = torch.randn_like(x)
+        out["r"] = torch.randn(x.shape, generator=gen)
     if len(spec.outputs) > 1:
         out["h"] = torch.empty_like(x)
     return out
