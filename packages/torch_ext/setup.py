@@ -22,6 +22,7 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 LIB_NAME = "libopforge_torch.so.1"
@@ -221,6 +222,19 @@ class PurePlatformWheel(bdist_wheel):
         return "py3", "none", platform
 
 
+class SourcesOnlySdist(sdist):
+    """A symlink among the sources is refused, naming it: setuptools would pack its target, which
+    may lie outside the package (an sdist holds the tracked sources only; MANIFEST.in lists them)."""
+
+    def make_release_tree(self, base_dir, files):
+        links = [name for name in files if any(p.is_symlink() for p in [Path(name), *Path(name).parents])]
+        if links:
+            shown = ", ".join(f"{name} ({Path(name).resolve()})" for name in links)
+            sys.exit(f"opforge-torch: the sdist refuses symlinks among its sources ({shown}): "
+                     "remove them or replace each with the file it names")
+        super().make_release_tree(base_dir, files)
+
+
 class BuildLibrary(cpp_extension.BuildExtension):
     """Names the output libopforge_torch.so.1 and writes _build_info.json beside it."""
 
@@ -254,5 +268,5 @@ setup(
     version=package_version(),
     ext_modules=[extension(WITH_CUDA)],
     cmdclass={"build_ext": BuildLibrary.with_options(no_python_abi_suffix=True),
-              "bdist_wheel": PurePlatformWheel},
+              "bdist_wheel": PurePlatformWheel, "sdist": SourcesOnlySdist},
 )

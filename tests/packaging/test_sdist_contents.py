@@ -53,16 +53,22 @@ def plant_junk(root: Path, package: Path) -> None:
                  "__pycache__/setup.cpython-311.pyc", "notes.egg-info/PKG-INFO"):
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text("junk\n")
-    for source in sorted(p for p in package.rglob("__init__.py") if ".venv" not in p.parts)[:1]:
-        (source.parent / "_built.so").write_text("junk\n")
-        (source.parent / "__pycache__").mkdir(exist_ok=True)
-        (source.parent / "__pycache__" / "x.cpython-311.pyc").write_text("junk\n")
+    sources = import_package(package)
+    (sources / "_built.so").write_text("junk\n")
+    (sources / "__pycache__").mkdir(exist_ok=True)
+    (sources / "__pycache__" / "x.cpython-311.pyc").write_text("junk\n")
     for ignored in ignored_names(package):     # what the package's own .gitignore names
         (package / ignored).parent.mkdir(parents=True, exist_ok=True)
         (package / ignored).write_text("junk\n")
     (package / "README-of-the-repo.md").symlink_to("../README.md")
     (package / "absolute-link.txt").symlink_to(root / "outside" / "secret.txt")
     (package / "linked-folder").symlink_to(root / "outside", target_is_directory=True)
+
+
+def import_package(package: Path) -> Path:
+    """The folder of the package's top-level __init__.py (src/opforge_align, opforge_spec)."""
+    return min((p.parent for p in package.rglob("__init__.py") if ".venv" not in p.parts),
+               key=lambda folder: len(folder.parts))
 
 
 def ignored_names(package: Path) -> list[str]:
@@ -108,15 +114,19 @@ def links(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("package", list(FOLDERS))
-def test_the_sdist_packs_the_tracked_files_and_nothing_else(package, links, tmp_path):
+def make_sdist(package: str, copy: Path, links: Path, out: Path) -> subprocess.CompletedProcess:
     if package in NEEDS_TORCH:
         pytest.importorskip("torch", reason="torch_ext's sdist is made with this environment's torch")
-    copy = copy_with_junk(FOLDERS[package], tmp_path / "checkout")
     isolation = ["--no-isolation", "--skip-dependency-check"] if package in NEEDS_TORCH else []
-    done = subprocess.run([sys.executable, "-m", "build", "--sdist", *isolation, "--outdir",
-                           str(tmp_path / "dist"), str(copy)], cwd=tmp_path, capture_output=True,
-                          text=True, env=build_env(links, package), timeout=900)
+    return subprocess.run([sys.executable, "-m", "build", "--sdist", *isolation, "--outdir", str(out),
+                           str(copy)], cwd=out.parent, capture_output=True, text=True,
+                          env=build_env(links, package), timeout=900)
+
+
+@pytest.mark.parametrize("package", list(FOLDERS))
+def test_the_sdist_packs_the_tracked_files_and_nothing_else(package, links, tmp_path):
+    copy = copy_with_junk(FOLDERS[package], tmp_path / "checkout")
+    done = make_sdist(package, copy, links, tmp_path / "dist")
     assert done.returncode == 0, f"{package}: sdist failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
     packed = [name for name in members(sdist) if not generated(name)]
@@ -124,3 +134,16 @@ def test_the_sdist_packs_the_tracked_files_and_nothing_else(package, links, tmp_
     extra, missing = sorted(set(packed) - set(expected)), sorted(set(expected) - set(packed))
     assert not extra and not missing, (f"{package}: {sdist.name} packs {extra or 'nothing'} beyond "
                                        f"its tracked files and lacks {missing or 'none'}")
+
+
+@pytest.mark.parametrize("package", list(FOLDERS))
+def test_a_symlink_among_the_sources_fails_the_sdist_naming_it(package, links, tmp_path):
+    """Inside a folder the sdist packs, a link out of the package is neither followed nor stored:
+    the sdist is refused, and says which link."""
+    copy = copy_with_junk(FOLDERS[package], tmp_path / "checkout")
+    link = import_package(copy) / "stray.py"
+    link.symlink_to(os.path.relpath(tmp_path / "checkout" / "README.md", link.parent))
+    done = make_sdist(package, copy, links, tmp_path / "dist")
+    assert done.returncode != 0 and not list((tmp_path / "dist").glob("*.tar.gz")), (
+        f"{package}: an sdist was made with {link.relative_to(copy)} in its sources")
+    assert "stray.py" in done.stdout + done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
