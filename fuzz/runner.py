@@ -229,10 +229,13 @@ def build_target(target: Target, jobs: int = 2, opt: str = OPTIMIZED) -> Path:
 
 
 # ------------------------------------------------------------------------------------ run
-def engine_flags(seconds: int, artifacts: Path, max_len: int = MAX_LEN) -> list[str]:
-    """libFuzzer's flags, understood by driver.cpp and by atheris alike."""
+def engine_flags(seconds: int, artifacts: Path, max_len: int = MAX_LEN,
+                 seed: int | None = None) -> list[str]:
+    """libFuzzer's flags, understood by driver.cpp and by atheris alike; without a seed the
+    engine picks one from the clock."""
     return [f"-max_total_time={seconds}", f"-max_len={max_len}", f"-timeout={INPUT_TIMEOUT_S}",
-            "-print_final_stats=1", f"-artifact_prefix={artifacts}/"]
+            "-print_final_stats=1", f"-artifact_prefix={artifacts}/",
+            *([f"-seed={seed}"] if seed else [])]
 
 
 def _command(target: Target, exe: Path | None) -> list[str]:
@@ -281,7 +284,7 @@ def parse_output(text: str) -> dict:
 
 
 def fuzz_target(target: Target, seconds: int, *, max_len: int = MAX_LEN, jobs: int = 2,
-                env: dict[str, str] | None = None) -> Result:
+                env: dict[str, str] | None = None, seed: int | None = None) -> Result:
     """Builds (C++) and runs one target: its corpus replayed, then `seconds` of fuzzing."""
     result = Result(target.name, target.kind, "fail")
     started = time.monotonic()
@@ -298,7 +301,7 @@ def fuzz_target(target: Target, seconds: int, *, max_len: int = MAX_LEN, jobs: i
     result.build_seconds = round(time.monotonic() - started, 1)
     out_corpus = target.out / "corpus"
     out_corpus.mkdir(parents=True, exist_ok=True)
-    command = [*_command(target, exe), *engine_flags(seconds, target.out, max_len),
+    command = [*_command(target, exe), *engine_flags(seconds, target.out, max_len, seed),
                str(out_corpus), *([str(target.corpus)] if target.corpus.is_dir() else [])]
     log = target.out / "fuzz.log"
     result.log = _shown(log)
@@ -374,13 +377,13 @@ def write_report(results: list[Result], seconds: int, path: Path = BUILD / "repo
 
 
 def run_all(targets: list[Target], seconds: int, *, jobs: int = 1, max_len: int = MAX_LEN,
-            report: Path = BUILD / "report.json") -> list[Result]:
+            report: Path = BUILD / "report.json", seed: int | None = None) -> list[Result]:
     if any(t.kind == "cpp" for t in targets):
         engine_object(opt_level(seconds))  # once, before parallel builds need it
     build_jobs = max(1, (os.cpu_count() or 1) // max(1, jobs))
     results: list[Result] = []
     with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
-        futures = {pool.submit(fuzz_target, t, seconds, max_len=max_len, jobs=build_jobs): t
+        futures = {pool.submit(fuzz_target, t, seconds, max_len=max_len, jobs=build_jobs, seed=seed): t
                    for t in targets}
         for future in concurrent.futures.as_completed(futures):
             try:
@@ -403,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-len", type=int, default=MAX_LEN, help="bytes per input")
     parser.add_argument("--targets-dir", type=Path, default=TARGETS, help="default fuzz/targets")
     parser.add_argument("--build-dir", type=Path, default=BUILD, help="default build/fuzz")
+    parser.add_argument("--seed", type=int, help="the engine's random seed (>= 1; default: the "
+                        "clock's): a test's run draws the same inputs every time")
     args = parser.parse_args(argv)
     if args.seconds < 1:
         parser.error("--seconds: expected at least 1")
@@ -416,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         print("fuzz: no targets under fuzz/targets/", flush=True)
         return 0
     report = args.build_dir / "report.json"
-    results = run_all(targets, args.seconds, jobs=args.jobs, max_len=args.max_len, report=report)
+    results = run_all(targets, args.seconds, jobs=args.jobs, max_len=args.max_len, report=report,
+                      seed=args.seed)
     bad = [r for r in results if r.status in ("crash", "fail")]
     skipped = sum(r.status.startswith("skipped") for r in results)
     print(f"fuzz: {len(results) - len(bad) - skipped} passed, {len(bad)} failed, {skipped} "

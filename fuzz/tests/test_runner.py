@@ -38,7 +38,7 @@ def make_target(root: Path, name: str, *, cpp: str | None = None, build_py: str 
 
 def fuzz_main(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "fuzz", "--targets-dir", tmp_path / "targets",
-                "--build-dir", tmp_path / "build", *args], timeout=300)
+                "--build-dir", tmp_path / "build", "--seed", "1", *args], timeout=300)
 
 
 def report(tmp_path: Path) -> dict[str, dict]:
