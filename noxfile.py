@@ -149,7 +149,7 @@ def container_wheels(session: nox.Session) -> None:
     session.run("python", "-m", "ci.provision.container", *session.posargs[:1])
 
 
-@nox.session(default=False)
+@nox.session(default=False, reuse_venv=True)   # a second run beside a first keeps its act
 def act(session: nox.Session) -> None:
     """The generated workflows on this machine under act (ci/act/run.py): every job as written,
     stand-ins for the actions GitHub serves (named in build/act/report.md); `-- --plan` lists
