@@ -245,12 +245,12 @@ def index_check(index: str, out: Path) -> report.Row:
     """After publish: the uploaded projects install from the local index (pip, a fresh venv)."""
     started = time.monotonic()
     with urllib.request.urlopen(f"{index}/simple/") as page:
-        projects = re.findall(r'href="[^"]*/([^/"]+)/"', page.read().decode())
+        projects = re.findall(r'href="(?:[^"]*/)?([^/"]+)/"', page.read().decode())
     venv = out / "index-check"
     shutil.rmtree(venv, ignore_errors=True)
     steps = [["python3", "-m", "venv", str(venv)],
-             [str(venv / "bin" / "pip"), "install", "--no-deps", "--index-url", f"{index}/simple/",
-              *projects]]
+             [str(venv / "bin" / "pip"), "--isolated", "install", "--no-deps", "--index-url",
+              f"{index}/simple/", *projects]]
     code = 1 if not projects else next((c for c in (subprocess.run(s).returncode for s in steps)
                                         if c), 0)
     status = "ran" if code == 0 else "failed"
