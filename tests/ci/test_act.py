@@ -122,14 +122,15 @@ def test_a_passing_job_reports_ran_and_replaced_steps_with_times(golden_plan):
 
 
 def test_a_failed_step_is_named_with_its_job_and_output(golden_plan):
-    rows, runs = _rows(golden_plan, _log("failure", "line 2: opforge_podmn: command not found"))
+    rows, runs = _rows(golden_plan, _log("failure", "\x1b[31mline 2: opforge_podmn: command not "
+                                                    "found\x1b[0m"))
     (failed,) = report.failures(rows)
     assert (failed.workflow, failed.job, failed.step, failed.why) == (
         "matrix.yml", "generated-files", "Check", "exit status 127")
     lines = report.failure_lines(rows, runs)
     assert lines[0] == ("opforge act: FAILED matrix.yml job generated-files, step 'Check': "
                         "exit status 127")
-    assert "opforge_podmn: command not found" in lines[1]
+    assert lines[1] == "    line 2: opforge_podmn: command not found"    # without colour codes
     assert "**FAILED**" in report.markdown(rows, 45.0)
     assert json.loads(report.as_json(rows, 45.0))["passed"] is False
 
@@ -185,3 +186,14 @@ def test_missing_files_and_artifacts_fail_where_the_action_would(tmp_path, capsy
     (tmp_path / "dist/a.whl").write_text("")
     assert artifacts.attest("dist/*", tmp_path) == 0
     assert "skipped: build provenance needs GitHub's OIDC" in capsys.readouterr().out
+
+
+def test_the_containers_get_what_this_machines_pip_configuration_names(tmp_path):
+    wheels, index = tmp_path / "wheels", tmp_path / "pypi" / "simple"
+    wheels.mkdir()
+    index.mkdir(parents=True)
+    config = tmp_path / "pip.conf"
+    config.write_text(f"[global]\nfind-links = {wheels}\nextra-index-url = file://{index} "
+                      f"file://{tmp_path}/gone/simple\n")
+    found = run.pip_paths([config], {"PIP_CERT": str(config), "HOME": str(tmp_path)})
+    assert found == sorted([config, tmp_path / "pypi", wheels])   # an index: its root, files too
