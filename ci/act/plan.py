@@ -55,6 +55,7 @@ class PlanError(Exception):
 @dataclass(frozen=True)
 class Step:
     index: int
+    step_id: str               # act's stepID: the step's `id:`, else its index
     label: str                 # the step's name, else its `uses:` (as act names it)
     uses: str | None           # owner/repo@ref of a `uses:` step
     replacement: Replacement | None
@@ -102,13 +103,14 @@ def action_of(uses: str) -> str:
 def plan_step(index: int, raw: Mapping[str, Any]) -> Step:
     uses = raw.get("uses")
     label = raw.get("name") or uses or str(raw.get("run", "")).splitlines()[0]
+    step_id = str(raw.get("id", index))
     if not uses:
-        return Step(index, label, None, None)
+        return Step(index, step_id, label, None, None)
     action = action_of(uses)
     if action not in REPLACEMENTS:
         raise PlanError(f"opforge act: {uses}: no offline stand-in for this action (add one to "
                         f"ci/act/standins and ci/act/plan.py REPLACEMENTS)")
-    return Step(index, label, uses, REPLACEMENTS[action])
+    return Step(index, step_id, label, uses, REPLACEMENTS[action])
 
 
 def covering_entries(include: Sequence[Mapping[str, Any]],

@@ -34,7 +34,7 @@ class JobRun:
     result: str = "running"
     started: str = ""
     ended: str = ""
-    steps: dict[int, StepRun] = field(default_factory=dict)
+    steps: dict[str, StepRun] = field(default_factory=dict)     # by act's stepID
     setup: StepRun = field(default_factory=StepRun)
 
     @property
@@ -91,8 +91,8 @@ def _apply(run: JobRun, event: Mapping[str, Any]) -> None:
 
 def _step_of(run: JobRun, event: Mapping[str, Any]) -> StepRun | None:
     ids = event.get("stepID") or []
-    if ids and str(ids[0]).isdigit():
-        return run.steps.setdefault(int(ids[0]), StepRun())
+    if ids:
+        return run.steps.setdefault(str(ids[0]), StepRun())
     if event.get("step") == SETUP:
         return run.setup
     return None
@@ -134,7 +134,7 @@ def job_rows(job: Job, run: JobRun | None, matrix_id: str, left: str) -> list[Ro
     if run.setup.result == "failure":
         rows.append(Row(job.workflow, name, SETUP, "failed", _failure(run.setup), 0.0))
     for step in job.steps:
-        rows.append(_step_row(job, name, step.index, run.steps.get(step.index), run.result))
+        rows.append(_step_row(job, name, step.index, run.steps.get(step.step_id), run.result))
     return rows
 
 
@@ -179,7 +179,7 @@ def rows_for(plan: Plan, runs_by_workflow: Mapping[str, Mapping[RunKey, JobRun]]
     rows: list[Row] = []
     for job in plan.jobs:
         runs = runs_by_workflow.get(job.workflow, {})
-        why_left = left.get(job.key, "act did not run it")
+        why_left = left.get(job.key, "not run: a job it needs did not succeed")
         for matrix_id in job.matrix_ids or ("",):
             rows += job_rows(job, runs.get((job.job_id, matrix_id)), matrix_id, why_left)
     return rows
@@ -207,8 +207,7 @@ def _output_of(row: Row, runs_by_workflow: Mapping[str, Mapping[RunKey, JobRun]]
         return []
     if row.step == SETUP:
         return run.setup.output
-    return next((step.output for index, step in run.steps.items()
-                 if step.result == "failure"), [])
+    return next((step.output for step in run.steps.values() if step.result == "failure"), [])
 
 
 # -------------------------------------------------------------------------------------- render

@@ -17,12 +17,14 @@ OUT/logs/; exits 1 naming the workflow, job and step of every failed step.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterable, Sequence
@@ -154,6 +156,14 @@ def container_options(store: Path) -> str:
     return " ".join(options)
 
 
+def action_cache(out: Path) -> Path:
+    """act's cache, where each job's runner.temp lies: a short path, as a runner's is (the
+    workflows put podman's store under runner.temp, and podman refuses a runroot over 50
+    characters); one per OUT, so that two runs side by side keep apart."""
+    digest = hashlib.sha256(str(out).encode()).hexdigest()[:6]
+    return Path(tempfile.gettempdir()) / f"oa-{digest}"
+
+
 def event_file(out: Path, workflow: str) -> Path:
     _, ref = EVENTS[workflow]
     path = out / "events" / f"{workflow}.json"
@@ -168,7 +178,7 @@ def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Pla
     workflows = stage.tree / ".github" / "workflows"
     command = [stage.act, event, "-W", str(workflows / workflow), "-C", str(stage.tree), "--json",
                "-e", str(event_file(stage.out, workflow)), "--no-cache-server",
-               "--action-cache-path", str(stage.out / "cache"), "--concurrent-jobs", "1",
+               "--action-cache-path", str(action_cache(stage.out)), "--concurrent-jobs", "1",
                "--container-daemon-socket", "-", "-s", "GITHUB_TOKEN=opforge-act-local",
                "--env", f"OPFORGE_ACT_ARTIFACTS={store}"]
     command += [arg for label in RUNNER_LABELS for arg in ("-P", f"{label}=-self-hosted")]
