@@ -197,3 +197,18 @@ def test_the_containers_get_what_this_machines_pip_configuration_names(tmp_path)
                       f"file://{tmp_path}/gone/simple\n")
     found = run.pip_paths([config], {"PIP_CERT": str(config), "HOME": str(tmp_path)})
     assert found == sorted([config, tmp_path / "pypi", wheels])   # an index: its root, files too
+
+
+def test_a_step_with_an_id_is_matched_by_it(golden_plan):
+    image = _job(golden_plan, "matrix.yml:image")
+    assert [step.step_id for step in image.steps] == ["0", "ref", "2"]
+    lines = [_event("image", 0, msg="ok", stepResult="success", executionTime=1),
+             json.dumps({"jobID": "image", "matrix": {}, "stepID": ["ref"], "stage": "Main",
+                         "stepResult": "success", "executionTime": 2_000_000_000,
+                         "time": "2026-12-02T10:31:46Z"}),
+             _event("image", 2, msg="boom", stepResult="failure", executionTime=1),
+             _event("image", msg="🏁", jobResult="failure", time="2026-12-02T10:31:47Z")]
+    rows = report.job_rows(image, report.read_events(lines)[("image", "")], "", "")
+    assert [(row.step, row.status) for row in rows][2:] == [
+        ("Image name", "ran"), ("Build and push (unless the registry has this tag)", "failed")]
+    assert rows[2].seconds == 2.0
