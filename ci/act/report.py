@@ -143,8 +143,10 @@ def _job_status(job: Job, run: JobRun) -> tuple[str, str]:
         return "failed", "a step failed"
     if run.result == "skipped":
         return "skipped", "its if: was false"
+    if run.result == "running":
+        return "failed", "interrupted: act ended before the job did"
     if run.result != "success":
-        return "failed", f"act ended without a result for it ({run.result})"
+        return "failed", f"act ended the job as {run.result}"
     if job.skipped:
         return "skipped", job.skipped
     return "ran", ""

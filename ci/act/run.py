@@ -203,6 +203,7 @@ def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Pla
 # ------------------------------------------------------------------------------------- running
 
 PROGRESS = re.compile(r"^\s*(⭐ Run|✅|❌|🏁)")
+INTERRUPTED = 130
 
 
 def clean_clone(out: Path, commit: str) -> Path:
@@ -223,9 +224,14 @@ def run_act(command: list[str], log: Path, env: dict[str, str]) -> int:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, env=env, cwd=REPO)
         assert process.stdout is not None
-        for line in process.stdout:
-            sink.write(line)
-            _progress(line)
+        try:
+            for line in process.stdout:
+                sink.write(line)
+                _progress(line)
+        except KeyboardInterrupt:     # Ctrl-C: act stops its jobs; the report says what ran
+            process.terminate()
+            process.wait()
+            return INTERRUPTED
         return process.wait()
 
 
@@ -289,9 +295,12 @@ def run_all(args: argparse.Namespace) -> int:
             store.mkdir(parents=True)
             log = out / "logs" / f"{workflow}{'-' + job if job else ''}.jsonl"
             services.say(f"act {workflow}{' -j ' + job if job else ''} (log {log})")
-            run_act(act_command(stage, workflow, job, plan, standins, store), log, act_env(stage))
+            code = run_act(act_command(stage, workflow, job, plan, standins, store), log,
+                           act_env(stage))
             runs_by_workflow[workflow] = {**runs_by_workflow.get(workflow, {}),
                                           **report.read_events(log.read_text().splitlines())}
+            if code == INTERRUPTED:
+                break
         if stage.index and "release.yml:publish" not in selection.left:
             extra.append(index_check(stage.index, out))
     except (services.ServiceError, act_plan.PlanError) as exc:
