@@ -144,3 +144,26 @@ def build_sdk_plugin(root: Path, version: str, extra_offset: float, *, name: str
                   "-DCMAKE_BUILD_TYPE=Release"], ["cmake", "--build", str(build), "-j2"]):
         subprocess.run(step, check=True, capture_output=True)
     return build / f"libops_{name}.so.1"
+
+
+_CLONE = "{:05d}"  # the number in each clone's plugin name, op name and file name (same length)
+
+
+def clone_plugins(directory: Path, count: int) -> list[Path]:
+    """count distinct plugins gen_plugin_NNNNN (op GenOpNNNNN, libops_gen_NNNNN.so.1) with their
+    manifests: one build of test_plugin.c, its names rewritten in place (same length) per clone."""
+    first = build_c_plugin(directory.parent / f"{directory.name}-template", "libops_gen_00000.so.1", name="gen_plugin_00000",
+                           op="GenOp00000", manifest=False)
+    image = first.read_bytes()
+    clones = []
+    for i in range(count):
+        number = _CLONE.format(i).encode()
+        data = image
+        for stem in (b"gen_plugin_", b"GenOp", b"libops_gen_"):
+            data = data.replace(stem + b"00000", stem + number)
+        lib = directory / f"libops_gen_{_CLONE.format(i)}.so.1"
+        lib.write_bytes(data)
+        write_manifest(lib, name=f"gen_plugin_{_CLONE.format(i)}", ops=[{"domain": "test", "name": f"GenOp{_CLONE.format(i)}",
+                                                                          "version": 1}])
+        clones.append(lib)
+    return clones

@@ -10,6 +10,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -98,6 +99,21 @@ bool read_and_hash(const std::string& path, int copy_fd, FileId& id, std::string
   return true;
 }
 
+// glibc hands back an object already loaded under the name dlopen is asked for, and the memfd is
+// closed once mapped, so its number will name other files while the mapping lives. The k-th name
+// of this process spells /proc/self/fd/N with k's binary digits inserted as "//" (1) or "/."
+// (0), both no-ops in a path: no two loads of a process ever share a name.
+std::string unique_fd_path(int fd) {
+  static std::atomic<uint64_t> next{0};
+  std::string spelling;
+  for (uint64_t k = next.fetch_add(1); k != 0; k >>= 1) spelling.insert(0, (k & 1) ? "//" : "/.");
+  return "/proc/self/fd" + spelling + "/" + std::to_string(fd);
+}
+
+int has_loaded_name(struct dl_phdr_info* info, size_t, void* name) {
+  return info->dlpi_name && std::strcmp(info->dlpi_name, static_cast<const char*>(name)) == 0;
+}
+
 }  // namespace
 
 bool hash_library_file(const std::string& path, FileId& id, std::string& sha256, std::string& reason) {
@@ -117,7 +133,7 @@ bool make_library_image(const std::string& path, LibraryImage& out, std::string&
     ::close(fd);
     return false;
   }
-  const std::string dlopen_path = "/proc/self/fd/" + std::to_string(fd);
+  const std::string dlopen_path = unique_fd_path(fd);
   if (::access(dlopen_path.c_str(), R_OK) != 0) {
     reason = "cannot map the verified copy of the library: " + dlopen_path + " is not accessible (" +
              std::strerror(errno) + "; the host needs /proc mounted)";
@@ -150,10 +166,8 @@ bool check_image_header(const LibraryImage& image, std::string& reason) {
 }
 
 bool mapping_released(const std::string& dlopen_path) {
-  void* still = ::dlopen(dlopen_path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (!still) return true;
-  ::dlclose(still);
-  return false;
+  // By name only: opening the path again would open whatever its descriptor number names now.
+  return ::dl_iterate_phdr(has_loaded_name, const_cast<char*>(dlopen_path.c_str())) == 0;
 }
 
 // ---------------------------------------------------------------------------------------------

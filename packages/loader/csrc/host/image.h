@@ -1,8 +1,8 @@
 // What is hashed is what is mapped. A library is read ONCE (a bounded read of a regular file),
-// each chunk hashed and written into a sealed memfd; dlopen maps "/proc/self/fd/N". The memfd
-// stays open until after dlclose, so while a mapping lives no other load can share its name or
-// inode: glibc's "already loaded" lookup (by path, then by device + inode) can never hand back an
-// older mapping, and init/unload run exactly once per mapping.
+// each chunk hashed and written into a sealed memfd; dlopen maps it through a /proc/self/fd/N
+// name that no other load of this process ever gets (glibc's "already loaded" lookup by name can
+// never hand back an older mapping; one by device + inode cannot either, as the mapping keeps the
+// memfd's inode alive). The memfd is closed once mapped: a loaded plugin holds no descriptor.
 #pragma once
 #include <string>
 #include <vector>
@@ -15,7 +15,7 @@ struct LibraryImage {
   int fd = -1;              // sealed memfd holding exactly the verified bytes
   std::string sha256;       // of those bytes
   FileId source_id;         // the file they were read from (fstat of the descriptor read)
-  std::string dlopen_path;  // "/proc/self/fd/N": the name dlopen knows the mapping by
+  std::string dlopen_path;  // a /proc/self/fd/N unique in this process: the name dlopen knows the mapping by
 };
 
 // Reads path (regular file, at most kMaxLibraryBytes) into a new sealed memfd and hashes it.
@@ -32,9 +32,8 @@ bool check_image_header(const LibraryImage& image, std::string& reason);
 // The sha256 a manifest names against the one computed; reason names both.
 bool check_digest(const Manifest& m, const std::string& digest, std::string& reason);
 
-// After dlclose: true when the mapping is gone. A library glibc keeps resident (RTLD_NODELETE,
-// -z nodelete, STB_GNU_UNIQUE symbols) must keep its memfd open forever, or a later memfd could
-// reuse its name or inode and be mistaken for it.
+// After dlclose: true when the mapping is gone, false for a library glibc keeps resident
+// (RTLD_NODELETE, -z nodelete, STB_GNU_UNIQUE symbols).
 bool mapping_released(const std::string& dlopen_path);
 
 // $ORIGIN. Mapped from /proc/self/fd/N, the plugin's own $ORIGIN names /proc/self/fd. So before

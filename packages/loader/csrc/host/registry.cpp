@@ -89,6 +89,11 @@ void OpEntry::release() {
   if (count.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
+void Library::close_image() {
+  if (image_fd >= 0) ::close(image_fd);
+  image_fd = -1;
+}
+
 Library::~Library() {
   if (handle) {
     if (initialized && plugin && plugin->unload) {
@@ -102,14 +107,10 @@ Library::~Library() {
     log->log(OPFORGE_LOG_INFO, "opforge-loader dlclose plugin=" + name + " version=" + version + " file=" + path);
   }
   close_dependencies(dependencies);  // after the plugin, which may still call them in its destructors
-  if (image_fd < 0) return;
-  if (handle && !mapping_released(dlopen_path)) {
-    // Still mapped (nodelete): its memfd must keep its name and inode, or a later load could alias it.
+  close_image();
+  if (handle && !mapping_released(dlopen_path))
     log->log(OPFORGE_LOG_WARNING, "opforge-loader resident plugin=" + name + " version=" + version + " file=" + path +
-                                      " reason=\"the library stays mapped after dlclose (nodelete); its in-memory copy stays open\"");
-    return;
-  }
-  ::close(image_fd);
+                                      " reason=\"the library stays mapped after dlclose (nodelete)\"");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -119,9 +120,9 @@ namespace {
 
 // dlopen's error naming the real file; for a dependency it could not find, where $ORIGIN was
 // looked up (the plugin's own directory, not the /proc/self/fd it is mapped from).
-std::string dlopen_failure(const char* error, const LibraryImage& image, const std::string& path,
+std::string dlopen_failure(const char* error, const std::string& dlopen_path, const std::string& path,
                            const OriginDependencies& deps) {
-  std::string text = with_real_path(error ? error : "?", image.dlopen_path, path);
+  std::string text = with_real_path(error ? error : "?", dlopen_path, path);
   std::string hint = " (check `ldd` / `opforge-loader doctor`";
   if (text.find("cannot open shared object file") != std::string::npos && !deps.origin_dirs.empty()) {
     hint += "; $ORIGIN in the plugin's search path was looked up in ";
@@ -217,7 +218,8 @@ void Registry::set_admit(OpforgeAdmitFn fn, void* user) {
   admit_user_ = user;
 }
 
-bool Registry::admit(const std::string& path, std::string& reason) {
+// One call of the admit callback for the whole batch; each entry starts refused.
+void Registry::admit(std::vector<Pending>& batch) {
   OpforgeAdmitFn fn;
   void* user;
   {
@@ -225,18 +227,33 @@ bool Registry::admit(const std::string& path, std::string& reason) {
     fn = admit_fn_;
     user = admit_user_;
   }
-  if (!fn) return true;
-  char buf[1024] = {0};
-  int32_t status = OPFORGE_ERR_INTERNAL;
+  for (Pending& p : batch) p.admitted = !fn;
+  if (!fn || batch.empty()) return;
+  std::vector<std::vector<const char*>> dependencies(batch.size());
+  std::vector<std::vector<char>> reasons(batch.size(), std::vector<char>(1024, '\0'));
+  std::vector<OpforgeAdmission> asks(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (const OriginDependency& dep : batch[i].deps.found) dependencies[i].push_back(dep.path.c_str());
+    asks[i] = OpforgeAdmission{batch[i].lib->path.c_str(), batch[i].lib->image_fd,
+                               static_cast<uint32_t>(dependencies[i].size()), dependencies[i].data(),
+                               OPFORGE_ERR_REFUSED, reasons[i].data(), reasons[i].size() - 1};
+  }
   Running running("the admit callback");
   try {
-    status = fn(user, path.c_str(), buf, sizeof(buf) - 1);
-  } catch (...) {  // a C++ callback breaking the C ABI
-    std::snprintf(buf, sizeof(buf), "the admit callback threw a C++ exception");
+    fn(user, asks.data(), static_cast<uint32_t>(asks.size()));
+  } catch (...) {  // a C++ callback breaking the C ABI: everything it was asked about is refused
+    for (OpforgeAdmission& a : asks) {
+      a.status = OPFORGE_ERR_REFUSED;
+      std::snprintf(a.err, a.err_len, "the admit callback threw a C++ exception");
+    }
   }
-  if (status == OPFORGE_OK) return true;
-  reason = buf[0] ? printable(buf, 1000) : "refused by the admit callback (status " + std::to_string(status) + ")";
-  return false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    reasons[i].back() = '\0';
+    batch[i].admitted = asks[i].status == OPFORGE_OK;
+    if (!batch[i].admitted)
+      batch[i].refusal = reasons[i][0] ? printable(reasons[i].data(), 1000)
+                                       : "refused by the admit callback (status " + std::to_string(asks[i].status) + ")";
+  }
 }
 
 int32_t Registry::refuse(const std::string& path, const std::string& reason, int32_t status, std::string& err) {
@@ -270,12 +287,22 @@ int32_t Registry::reload(const std::string& path, std::string& err) {
   return load_locked(path, Mode::Reload, "", err);
 }
 
-int32_t Registry::load_locked(const std::string& raw_path, Mode mode, const std::string& source_dir, std::string& err) {
+int32_t Registry::load_locked(const std::string& path, Mode mode, const std::string& source_dir, std::string& err) {
+  std::vector<Pending> batch(1);
+  if (int32_t s = prepare(path, mode, source_dir, batch[0], err)) return s;
+  admit(batch);
+  return finish(batch[0], err);
+}
+
+// Everything up to dlopen looks only at files: a refused library never runs any code. On success
+// out holds the verified image and the dependencies to open, ready for admission.
+int32_t Registry::prepare(const std::string& raw_path, Mode mode, const std::string& source_dir, Pending& out,
+                          std::string& err) {
   const std::string path = absolute_path(raw_path);
   std::string reason;
   FileId lib_id, manifest_id;
-  Manifest m;
-  // Everything up to dlopen looks only at files: a refused library never runs any code.
+  Manifest& m = out.manifest;
+  out.mode = mode;
   if (!stat_file(path, lib_id, reason)) return refuse(path, reason, OPFORGE_ERR_NOT_FOUND, err);
   if (!check_not_world_writable(path, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
   const std::string mpath = manifest_path_for(path);
@@ -287,50 +314,78 @@ int32_t Registry::load_locked(const std::string& raw_path, Mode mode, const std:
                             (m.kind == "onnxruntime" ? "register_with_onnxruntime" : "the TensorRT plugin registry") + ")",
                   OPFORGE_ERR_REFUSED, err);
   if (!check_opforge_compat(m, OPFORGE_LOADER_VERSION, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  out.lib = std::make_shared<Library>();
+  Library& lib = *out.lib;
+  lib.path = path;
+  if (int32_t s = check_registry_state(out, err)) return s;
 
+  // Read once, hash, map those very bytes (see image.h).
+  LibraryImage image;
+  if (!make_library_image(path, image, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  lib.image_fd = image.fd;  // from here on, ~Library closes it (and the handle)
+  lib.dlopen_path = image.dlopen_path;
+  lib.log = log_;
+  lib.name = m.name; lib.version = m.version; lib.kind = m.kind;
+  lib.source_dir = source_dir;
+  lib.library_id = image.source_id; lib.manifest_id = manifest_id;
+  if (!check_digest(m, image.sha256, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  if (!check_image_header(image, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  if (!check_origin_dependencies(image, path, out.deps, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  return OPFORGE_OK;
+}
+
+// Loaded already, not loaded for a reload, or an op another plugin registered: asked before the
+// image is made and again before it is mapped (a batch may hold two plugins that collide).
+int32_t Registry::check_registry_state(const Pending& p, std::string& err) {
+  const Manifest& m = p.manifest;
+  const std::string& path = p.lib->path;
   bool loaded_already;
   {
     std::shared_lock<WriterPreferringMutex> r(mu_);
     loaded_already = plugins_.count(m.name) > 0;
   }
-  if (mode == Mode::Load && loaded_already)
+  if (p.mode == Mode::Load && loaded_already)
     return refuse(path, "plugin " + m.name + " is already loaded (use reload to replace it)", OPFORGE_ERR_REFUSED, err);
-  if (mode == Mode::Reload && !loaded_already)
+  if (p.mode == Mode::Reload && !loaded_already)
     return refuse(path, "reload of plugin " + m.name + ", which is not loaded", OPFORGE_ERR_NOT_FOUND, err);
-  std::string dup = find_duplicate(m, mode == Mode::Reload ? m.name : "");
+  std::string dup = find_duplicate(m, p.mode == Mode::Reload ? m.name : "");
   if (!dup.empty()) return refuse(path, dup, OPFORGE_ERR_REFUSED, err);
+  return OPFORGE_OK;
+}
 
-  // Read once, hash, map those very bytes (see image.h).
-  LibraryImage image;
-  if (!make_library_image(path, image, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
-  auto lib = std::make_shared<Library>();
-  lib->image_fd = image.fd;  // from here on, ~Library closes it (and the handle)
-  lib->dlopen_path = image.dlopen_path;
-  lib->log = log_;
-  lib->name = m.name; lib->version = m.version; lib->kind = m.kind; lib->path = path;
-  lib->source_dir = source_dir;
-  lib->library_id = image.source_id; lib->manifest_id = manifest_id;
-  if (!check_digest(m, image.sha256, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
-  if (!check_image_header(image, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
-  OriginDependencies deps;  // opened before the plugin is mapped, so that glibc finds them loaded
-  if (!check_origin_dependencies(image, path, deps, reason) || !admit(path, reason) ||
-      !open_origin_dependencies(path, deps, reason))
-    return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
-  lib->dependencies = std::move(deps.handles);
+// The admitted image mapped after its $ORIGIN dependencies; its entry called and checked.
+int32_t Registry::map_library(Pending& p, std::string& err) {
+  Library& lib = *p.lib;
+  const std::string& path = lib.path;
+  std::string reason;
+  OriginDependencies& deps = p.deps;  // opened before the plugin is mapped, so that glibc finds them loaded
+  if (!open_origin_dependencies(path, deps, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  lib.dependencies = std::move(deps.handles);
   for (const std::string& line : deps.warnings) log_->log(OPFORGE_LOG_WARNING, line);
-  lib->handle = ::dlopen(image.dlopen_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib->handle) return refuse(path, dlopen_failure(::dlerror(), image, path, deps), OPFORGE_ERR_REFUSED, err);
-  void* handle = lib->handle;
-
+  lib.handle = ::dlopen(lib.dlopen_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  lib.close_image();  // mapped (or refused): its name is never reused (image.h), the descriptor can go
+  if (!lib.handle) return refuse(path, dlopen_failure(::dlerror(), lib.dlopen_path, path, deps), OPFORGE_ERR_REFUSED, err);
   ::dlerror();
-  auto entry = reinterpret_cast<OpforgePluginEntryFn>(::dlsym(handle, OPFORGE_PLUGIN_ENTRY_SYMBOL));
+  auto entry = reinterpret_cast<OpforgePluginEntryFn>(::dlsym(lib.handle, OPFORGE_PLUGIN_ENTRY_SYMBOL));
   if (!entry)
     return refuse(path, std::string("missing entry symbol ") + OPFORGE_PLUGIN_ENTRY_SYMBOL +
                             " (not exported: declare it with OPFORGE_PLUGIN_EXPORT, keep it in the version script; check with nm -D)",
                   OPFORGE_ERR_REFUSED, err);
-  lib->plugin = entry();
-  if (!lib->plugin) return refuse(path, std::string(OPFORGE_PLUGIN_ENTRY_SYMBOL) + "() returned NULL", OPFORGE_ERR_REFUSED, err);
-  if (!validate_plugin_struct(lib->plugin, m, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  lib.plugin = entry();
+  if (!lib.plugin) return refuse(path, std::string(OPFORGE_PLUGIN_ENTRY_SYMBOL) + "() returned NULL", OPFORGE_ERR_REFUSED, err);
+  if (!validate_plugin_struct(lib.plugin, p.manifest, reason)) return refuse(path, reason, OPFORGE_ERR_REFUSED, err);
+  return OPFORGE_OK;
+}
+
+// From an admitted image to registered ops: mapped, init run, the entries swapped in.
+int32_t Registry::finish(Pending& p, std::string& err) {
+  if (!p.admitted) return refuse(p.lib->path, p.refusal, OPFORGE_ERR_REFUSED, err);
+  if (int32_t s = check_registry_state(p, err)) return s;
+  if (int32_t s = map_library(p, err)) return s;
+  std::shared_ptr<Library> lib = p.lib;
+  const Manifest& m = p.manifest;
+  const std::string& path = lib->path;
+  const Mode mode = p.mode;
 
   std::vector<OpEntry*> fresh;
   for (uint32_t i = 0; i < lib->plugin->num_ops; ++i) {
@@ -460,6 +515,15 @@ std::string library_of(const std::string& manifest_path) {
 
 }  // namespace
 
+void Registry::load_batch(std::vector<Pending>& batch, uint32_t& ok, uint32_t& bad) {
+  admit(batch);
+  for (Pending& p : batch) {
+    std::string e;
+    if (finish(p, e) == OPFORGE_OK) ++ok; else ++bad;
+  }
+  batch.clear();
+}
+
 int32_t Registry::load_dir(const std::string& dir, uint32_t* loaded, uint32_t* refused, std::string& err) {
   if (int32_t s = refuse_reentry("opforge_registry_load_dir", err)) return s;
   WriterLock w(*this);
@@ -471,12 +535,21 @@ int32_t Registry::load_dir(const std::string& dir, uint32_t* loaded, uint32_t* r
     refuse(absolute_path(lib), "missing manifest " + manifest_path_for(lib) + " (expected next to the library)", OPFORGE_ERR_REFUSED, e);
     ++bad;
   }
+  // Admitted OPFORGE_ADMIT_BATCH at a time: one admit call (one child process in the CLI) per
+  // batch, and no more memfds open than a batch holds.
+  std::vector<Pending> batch;
   for (const std::string& mp : scan.manifests) {
     Manifest m;
     std::string reason, e;
     if (read_manifest(mp, m, reason) && m.kind != "opforge") continue;  // ORT / TRT libraries live here too
-    if (load_locked(library_of(mp), Mode::Load, absolute_path(dir), e) == OPFORGE_OK) ++ok; else ++bad;
+    batch.emplace_back();
+    if (prepare(library_of(mp), Mode::Load, absolute_path(dir), batch.back(), e) != OPFORGE_OK) {
+      batch.pop_back();
+      ++bad;
+    }
+    if (batch.size() == OPFORGE_ADMIT_BATCH) load_batch(batch, ok, bad);
   }
+  load_batch(batch, ok, bad);
   if (loaded) *loaded = ok;
   if (refused) *refused = bad;
   return OPFORGE_OK;

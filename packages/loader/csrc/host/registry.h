@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "image.h"
 #include "manifest.h"
 #include "opforge/loader.h"
 
@@ -56,18 +57,19 @@ class WriterPreferringMutex {
 
 // One mapping of a verified library image (image.h). Destroyed when the registry and every
 // acquired op let go of it: the destructor runs the plugin's unload hook, then dlclose, then
-// closes its $ORIGIN dependencies and the image (deferred unload). `path` is the real file: every
-// log line and message uses it.
+// closes its $ORIGIN dependencies (deferred unload). `path` is the real file: every log line and
+// message uses it.
 struct Library {
   std::string name, version, kind, path, source_dir;
-  std::string dlopen_path;  // "/proc/self/fd/N" of image_fd: what dlopen and dladdr know it by
-  int image_fd = -1;
+  std::string dlopen_path;  // a /proc/self/fd/N of image_fd: what dlopen and dladdr know it by
+  int image_fd = -1;        // the verified bytes, until they are mapped (close_image)
   FileId library_id, manifest_id;
   void* handle = nullptr;
   std::vector<void*> dependencies;  // $ORIGIN dependencies (image.h), closed after the plugin
   const OpforgePlugin* plugin = nullptr;
   bool initialized = false;
   std::shared_ptr<Logger> log;
+  void close_image();
   ~Library();
 };
 
@@ -110,12 +112,26 @@ class Registry {
     std::vector<OpEntry*> entries;
   };
   enum class Mode { Load, Reload };
+  // A load between its file checks and its dlopen: the verified image, waiting for admission.
+  struct Pending {
+    std::shared_ptr<Library> lib;  // owns the image's memfd until it is mapped
+    Manifest manifest;
+    Mode mode = Mode::Load;
+    OriginDependencies deps;
+    bool admitted = false;
+    std::string refusal;  // why the admit callback refused it
+  };
   class WriterLock;  // writer_, and the mark that this thread holds it (re-entry refusal)
 
   int32_t refuse_reentry(const char* call, std::string& err) const;
-  bool admit(const std::string& path, std::string& reason);
+  void admit(std::vector<Pending>& batch);
 
   int32_t load_locked(const std::string& path, Mode mode, const std::string& source_dir, std::string& err);
+  int32_t prepare(const std::string& path, Mode mode, const std::string& source_dir, Pending& out, std::string& err);
+  int32_t check_registry_state(const Pending& p, std::string& err);
+  int32_t map_library(Pending& p, std::string& err);
+  int32_t finish(Pending& p, std::string& err);
+  void load_batch(std::vector<Pending>& batch, uint32_t& ok, uint32_t& bad);
   int32_t unload_locked(const std::string& plugin, std::string& err);
   int32_t refuse(const std::string& path, const std::string& reason, int32_t status, std::string& err);
   std::string find_duplicate(const Manifest& m, const std::string& replacing);

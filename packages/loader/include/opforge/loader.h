@@ -59,12 +59,26 @@ OPFORGE_LOADER_API void opforge_registry_destroy(OpforgeRegistry* reg);
 /* fn == NULL restores the default (stderr when OPFORGE_LOADER_LOG is set, else silent). */
 OPFORGE_LOADER_API void opforge_registry_set_log(OpforgeRegistry* reg, OpforgeLogFn fn, void* user);
 
-/* Asked before any code of a library runs: after its manifest, sha256 and ELF header are checked,
- * before it or its $ORIGIN dependencies are dlopen'ed (e.g. to run it in a child process first,
- * as the opforge-loader CLI does). OPFORGE_OK lets the load go on; any other status refuses the
- * library with the message written into err. Runs under the writer lock, like the plugin hooks
- * (plugin.h: re-entry). */
-typedef int32_t (*OpforgeAdmitFn)(void* user, const char* library_path, char* err, size_t err_len);
+/* Admission: asked before any code of a library runs, after its manifest, sha256, ELF header and
+ * $ORIGIN dependencies are checked, before it or those dependencies are dlopen'ed (e.g. to run it
+ * in a child process first, as the opforge-loader CLI does). load_dir asks about up to
+ * OPFORGE_ADMIT_BATCH libraries in one call; load, reload and sync_dir about one at a time. */
+#define OPFORGE_ADMIT_BATCH 64
+typedef struct OpforgeAdmission {
+  const char* library_path;         /* the real file (for messages) */
+  int image_fd;                     /* sealed memfd holding exactly the bytes hashed and later mapped:
+                                       admit THESE bytes (dlopen /proc/self/fd/N in a process that
+                                       inherits it), never the path, which may have been replaced;
+                                       open for the duration of the call only */
+  uint32_t num_dependencies;        /* $ORIGIN dependencies the host dlopens first, in this order */
+  const char* const* dependencies;  /* their paths */
+  int32_t status;                   /* set by the callback: OPFORGE_OK admits; it starts as
+                                       OPFORGE_ERR_REFUSED, so an entry left alone is refused */
+  char* err;                        /* the reason of a refusal, written by the callback */
+  size_t err_len;
+} OpforgeAdmission;
+/* Runs under the writer lock, like the plugin hooks (plugin.h: re-entry). */
+typedef void (*OpforgeAdmitFn)(void* user, OpforgeAdmission* batch, uint32_t count);
 /* fn == NULL admits every library (the default). */
 OPFORGE_LOADER_API void opforge_registry_set_admit(OpforgeRegistry* reg, OpforgeAdmitFn fn, void* user);
 

@@ -58,9 +58,15 @@ class OpInfo(C.Structure):
                 ("num_outputs", C.c_uint32), ("num_attrs", C.c_uint32), ("def_", C.POINTER(OpDef))]
 
 
+class Admission(C.Structure):
+    _fields_ = [("library_path", C.c_char_p), ("image_fd", C.c_int), ("num_dependencies", C.c_uint32),
+                ("dependencies", C.POINTER(C.c_char_p)), ("status", C.c_int32), ("err", C.c_void_p),
+                ("err_len", C.c_size_t)]
+
+
 LogFn = C.CFUNCTYPE(None, C.c_void_p, C.c_int32, C.c_char_p)
 VisitFn = C.CFUNCTYPE(None, C.c_void_p, C.POINTER(OpInfo))
-AdmitFn = C.CFUNCTYPE(C.c_int32, C.c_void_p, C.c_char_p, C.c_void_p, C.c_size_t)
+AdmitFn = C.CFUNCTYPE(None, C.c_void_p, C.POINTER(Admission), C.c_uint32)
 
 _P = C.c_void_p
 _ERR = [C.c_char_p, C.c_size_t]

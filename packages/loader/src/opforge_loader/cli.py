@@ -10,8 +10,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
-from . import _capi, isolation, manifests, template
+from . import _capi, _probe, isolation, manifests, template
 from . import doctor as doctor_mod
 from .errors import ManifestError, OpforgeError, printable
 from .registry import Registry, check_manifest
@@ -155,12 +156,13 @@ def _run_within(reg: Registry, op, inputs, attrs, timeout: float):
 
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        print(f"opforge-loader run: {_op_label(reg, op)} did not return within {timeout:g}s; "
-              f"{isolation.TIMEOUT_FLAG} changes the bound", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(1)
+    try:
+        worker.join(timeout)
+    finally:
+        if worker.is_alive():  # also on Ctrl-C: returning would close the registry under the plugin
+            print(f"opforge-loader run: {_op_label(reg, op)} did not return within {timeout:g}s; "
+                  f"{isolation.TIMEOUT_FLAG} changes the bound", file=sys.stderr, flush=True)
+            _exit_now(1)
     if "error" in result:
         raise result["error"]
     return result["out"]
@@ -280,9 +282,17 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    if not (math.isfinite(value) and 0 < value <= threading.TIMEOUT_MAX):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0 and at most {threading.TIMEOUT_MAX:.0f} "
+                                         f"(the longest wait this platform supports), got {text!r}")
     return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
 
 
 def _add_timeout(parser: argparse.ArgumentParser, what: str) -> None:
@@ -291,7 +301,7 @@ def _add_timeout(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="opforge-loader", description="opforge hot-plug operator loader")
+    p = _Parser(prog="opforge-loader", description="opforge hot-plug operator loader")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("list", help="load a plugin directory and print its ops")
@@ -353,8 +363,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_now(code: int) -> None:
+    """Ends the process without unwinding (a worker thread may be inside a plugin), after the
+    processes plugins started."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _probe.kill_descendants()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Plugins loaded here may start processes: as subreaper, this process gets their orphans too,
+    # and nothing a plugin started outlives the command.
+    _probe.become_subreaper()
     try:
         return args.fn(args)
     except UsageError as e:
@@ -363,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     except OpforgeError as e:  # a refusal is one line naming the file and the problem, not a traceback
         print(e, file=sys.stderr)
         return 1
+    finally:
+        _probe.kill_descendants()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _capi, manifests
 from .errors import OpforgeError
+from .isolation import Candidate
 
 _logger = logging.getLogger("opforge_loader")
 
@@ -198,13 +199,15 @@ class Op:
 class Registry:
     """A plugin registry. `Registry(dir)` loads every kind=opforge plugin found under dir.
 
-    admit(library_path) is asked before any code of a library runs: None lets the load go on, a
-    string refuses the library with that reason (isolation.admit_in_child runs it in a child
-    process first)."""
+    admit(candidates) is asked before any code of the libraries runs, up to 64 at a time (a
+    list of isolation.Candidate: the real file, the sealed memfd holding exactly the bytes that
+    were hashed and will be mapped, the $ORIGIN dependencies loaded first); it returns one answer
+    per candidate: None lets the load go on, a string refuses the library with that reason
+    (isolation.admit_in_child runs them in a child process first)."""
 
     def __init__(self, directory: str | os.PathLike | None = None, *,
                  log: Callable[[int, str], None] | None = None,
-                 admit: Callable[[str], str | None] | None = None):
+                 admit: Callable[[list[Candidate]], Sequence[str | None]] | None = None):
         self._lib = _capi.lib()
         self._ptr = self._lib.opforge_registry_create()
         if not self._ptr:
@@ -231,18 +234,23 @@ class Registry:
         else:
             _logger.log(level, text)
 
-    def _on_admit(self, _user, library: bytes, err: int, size: int) -> int:
+    def _on_admit(self, _user, batch, count: int) -> None:
+        asks = [batch[i] for i in range(count)]
+        candidates = [Candidate(os.fsdecode(a.library_path), a.image_fd,
+                                tuple(os.fsdecode(a.dependencies[k]) for k in range(a.num_dependencies)))
+                      for a in asks]
         try:
             assert self._admit is not None  # the callback is set only with an admit function
-            reason = self._admit(os.fsdecode(library))
+            reasons = list(self._admit(candidates))
+            if len(reasons) != count:
+                raise ValueError(f"expected {count} answers, got {len(reasons)}")
         except Exception as e:  # noqa: BLE001  (any exception: none may cross back into C)
-            reason = f"the admit callback raised {type(e).__name__}: {e}"
-        if reason is None:
-            return _capi.OK
-        if size > 0:
-            text = (reason or "refused by the admit callback").encode(errors="replace")[:size - 1]
-            C.memmove(err, text + b"\0", len(text) + 1)
-        return _capi.REFUSED
+            reasons = [f"the admit callback raised {type(e).__name__}: {e}"] * count
+        for ask, reason in zip(asks, reasons):
+            ask.status = _capi.OK if reason is None else _capi.REFUSED
+            if reason is not None and ask.err_len > 0:
+                text = (reason or "refused by the admit callback").encode(errors="replace")[:ask.err_len - 1]
+                C.memmove(ask.err, text + b"\0", len(text) + 1)
 
     def _call(self, fn, *args) -> None:
         err = _capi.err_buffer()

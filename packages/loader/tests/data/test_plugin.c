@@ -6,7 +6,10 @@
  * init on one mapping and fails compute outside init..unload, as a stateful plugin would.
  * -DHANG_IN_INIT / -DHANG_IN_COMPUTE: never returns from init / compute.
  * -DREENTER_IN_INIT / -DREENTER_IN_UNLOAD: the hook calls back into the registry loading it (see
- * reenter()); with -DREENTER_FAILS_INIT, init returns what that call returned. */
+ * reenter()); with -DREENTER_FAILS_INIT, init returns what that call returned.
+ * -DFORK_IN_INIT / -DDAEMONIZE_IN_INIT: init leaves a process behind (a plain fork / a setsid
+ * daemon after a double fork) that appends its pid to $OPFORGE_TEST_PIDS and waits forever.
+ * -DFLOOD_MIB=N: init writes N MiB without a newline to stdout. */
 #define _POSIX_C_SOURCE 200809L
 #include <opforge/plugin.h>
 
@@ -61,6 +64,58 @@ float helper_impl(void) { return OFFSET; }
 #include <unistd.h>
 static void hang(void) {
   for (;;) sleep(1000);
+}
+#endif
+
+#if defined(FORK_IN_INIT) || defined(DAEMONIZE_IN_INIT)
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Tells the process that started it (through ready) once its pid is written. */
+static void linger(int ready) {
+  const char* path = getenv("OPFORGE_TEST_PIDS");
+  FILE* pids = path ? fopen(path, "a") : NULL;
+  if (pids) {
+    fprintf(pids, "%d\n", (int)getpid());
+    fclose(pids);
+  }
+  if (write(ready, "x", 1) != 1) { /* init returns anyway: the test sees the missing pid */ }
+  close(ready);
+  for (;;) pause();
+}
+
+static void leave_a_process_behind(void) {
+  int ready[2];
+  if (pipe(ready) != 0) return;
+  pid_t child = fork();
+  if (child == 0) {
+    close(ready[0]);
+#ifdef DAEMONIZE_IN_INIT
+    setsid();
+    if (fork() != 0) _exit(0);
+#endif
+    linger(ready[1]);
+  }
+  close(ready[1]);
+  char byte;
+  if (read(ready[0], &byte, 1) != 1) { /* the child died before writing its pid */ }
+  close(ready[0]);
+#ifdef DAEMONIZE_IN_INIT
+  if (child > 0) waitpid(child, NULL, 0); /* the middle process exited at once */
+#endif
+}
+#endif
+
+#ifdef FLOOD_MIB
+#include <string.h>
+#include <unistd.h>
+
+static void flood_stdout(void) {
+  static char chunk[1 << 20];
+  memset(chunk, 'x', sizeof chunk);
+  for (int i = 0; i < FLOOD_MIB; ++i)
+    if (write(1, chunk, sizeof chunk) < 0) return;
 }
 #endif
 
@@ -168,6 +223,12 @@ static int32_t init(const OpforgeHostInfo* host, char* err, size_t len) {
     return OPFORGE_ERR_INTERNAL;
   }
   g_serving = 1;
+#endif
+#if defined(FORK_IN_INIT) || defined(DAEMONIZE_IN_INIT)
+  leave_a_process_behind();
+#endif
+#ifdef FLOOD_MIB
+  flood_stdout();
 #endif
 #ifdef CRASH_IN_INIT
   volatile int* p = NULL;
