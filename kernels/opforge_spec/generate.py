@@ -60,8 +60,18 @@ def _descriptor(op: OpSpec) -> str:
               cpp_string(", ".join(op.inputs)), attrs[0] if attrs else "nullptr", cpp_string(op.doc),
               f"Layout::{LAYOUTS[op.layout]}", str(op.split), cpp_string(op.extra.get("x_expected", "")),
               str(len(attrs)), f"k{op.name}Attrs" if attrs else "nullptr", str(len(op.outputs)),
-              cpp_string(", ".join(op.outputs))]
+              cpp_string(", ".join(op.outputs)), _overwrites_mask(op)]
     return f"inline constexpr OpDesc k{op.name}Op{{{', '.join(fields)}}};"
+
+
+def _overwrites_mask(op: OpSpec) -> str:
+    """OpDesc::overwrites: bit `output * nb_inputs + input` for each input an output may be."""
+    mask = 0
+    for i, output in enumerate(op.outputs):
+        for j, input_name in enumerate(op.inputs):
+            if op.may_overwrite(output, input_name):
+                mask |= 1 << (i * len(op.inputs) + j)
+    return f"0b{mask:b}"
 
 
 def kernels_header() -> str:

@@ -128,6 +128,14 @@ class OpSpec:
     #                                         opset 18, an input from 18);
     #   e.tiny(like)                          the smallest normal number, of `like`'s type.
     decomposed: Callable | None = None
+    # What an .out overload may write over: output -> the inputs it may be itself (same memory,
+    # same layout), each read row by row before that row of the output is written. Any other
+    # overlap of an output with an input (W above all: every row reads it) is refused.
+    overwrites: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def may_overwrite(self, output: str, input_name: str) -> bool:
+        """Whether the .out overload's `output` may be the input `input_name` itself."""
+        return input_name in self.overwrites.get(output, ())
 
     def x_error(self, shape) -> str | None:
         """The shape rule of X, as every layer words it; None when `shape` is valid."""

@@ -23,6 +23,20 @@ def test_every_op_has_its_own_math_header():
     assert {p.stem for p in ops.glob("*.h")} == {op.torch_name for op in spec.OPS.values()}
 
 
+@pytest.mark.parametrize("op", spec.OPS.values(), ids=list(spec.OPS))
+def test_what_an_out_overload_may_write_over_is_a_row_input_of_the_outputs_shape(op):
+    """An output may be an input itself only where each row of the input is read before that row of
+    the output is written: an input of the output's shape (never a gated op's X, twice Y's width),
+    never the weight W that every row reads."""
+    shapes = {"X": (3, 4 * op.split), "R": (3, 4), "W": (4,)}
+    output_shapes = dict(zip(op.outputs, (op.output_shape(shapes["X"]), shapes["X"])))
+    for output, inputs in op.overwrites.items():
+        assert output in op.outputs
+        for name in inputs:
+            assert name in op.inputs and name != "W"
+            assert shapes[name] == output_shapes[output], (output, name)
+
+
 def test_swish_reference_is_stable_at_extremes():
     y = spec.SWISH.reference(np.array([1e4, -1e4, 0.0, np.nan, -np.inf]))
     assert y[0] == 1e4 and y[1] == 0.0 and y[2] == 0.0

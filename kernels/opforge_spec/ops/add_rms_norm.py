@@ -102,4 +102,7 @@ ADD_RMS_NORM = OpSpec(
     composed=add_rms_norm_composed,
     decomposed=add_rms_norm_decomposed,
     independent=add_rms_norm_independent,
+    # the serving engines' in-place residual update (y_out=x, h_out=residual), or the other way
+    # round; never W, which every row reads
+    overwrites={"Y": ("X", "R"), "H": ("X", "R")},
 )

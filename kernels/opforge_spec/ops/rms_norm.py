@@ -105,4 +105,5 @@ RMS_NORM = OpSpec(
     composed=rms_norm_composed,
     decomposed=rms_norm_decomposed,
     independent=rms_norm_independent,
+    overwrites={"Y": ("X",)},
 )

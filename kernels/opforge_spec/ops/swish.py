@@ -83,4 +83,5 @@ SWISH = OpSpec(
     composed=swish_composed,
     decomposed=swish_decomposed,
     independent=swish_independent,
+    overwrites={"Y": ("X",)},
 )

@@ -144,15 +144,20 @@ bool same_layout(const Tensor& a, const Tensor& b) {
 
 // The kernels read a contiguous input in place and write a contiguous `out` in place (a
 // non-contiguous input is copied first, a non-contiguous `out` written through a temporary), so
-// only a contiguous pair shares memory while the kernel runs: refused unless `out` is the input
-// itself, as aten refuses partial overlap.
-void check_no_partial_overlap(const char* op, const char* out_name, const Tensor& out,
-                              const char* name, const Tensor& input) {
-  if (!out.is_contiguous() || !input.is_contiguous() || same_layout(out, input)) return;
-  if (overlaps(out, input))
+// only a contiguous pair shares memory while the kernel runs. Such a pair is refused, as aten
+// refuses partial overlap, unless the output is the input itself and the op's spec lets that
+// output write over that input (each row read before it is written: never W, read by every row).
+void check_output_over_input(const char* op, const char* out_name, const Tensor& out, const char* name,
+                             const Tensor& input, bool may_be_input) {
+  if (!out.is_contiguous() || !input.is_contiguous() || !overlaps(out, input)) return;
+  const bool is_input = same_layout(out, input);
+  if (may_be_input && is_input) return;
+  if (may_be_input)
     fail(op, out_name,
          std::string("a tensor that shares no memory with ") + name + " or is " + name + " itself",
          std::string("one that partially overlaps ") + name);
+  fail(op, out_name, std::string("a tensor that shares no memory with ") + name,
+       is_input ? std::string(name) + " itself" : std::string("one that overlaps ") + name);
 }
 
 // Two outputs are written by the same kernel: one that shares memory with the other (even
@@ -259,8 +264,10 @@ void check_outs(const OpDesc& op, const std::vector<Tensor>& outs, const Inputs&
     check_same_device(op.name, name.c_str(), outs[i], "X", *in.x);
     check_same_dtype(op.name, name.c_str(), outs[i], "X", *in.x);
     check_shape(op.name, name.c_str(), outs[i], shapes[i], outputs[i].c_str());
-    for (const auto& [input_name, t] : named_inputs(in))
-      check_no_partial_overlap(op.name, name.c_str(), outs[i], input_name, *t);
+    const auto inputs = named_inputs(in);
+    for (size_t j = 0; j < inputs.size(); ++j)
+      check_output_over_input(op.name, name.c_str(), outs[i], inputs[j].first, *inputs[j].second,
+                              opforge::kernels::may_overwrite(op, int32_t(i), int32_t(j)));
     for (size_t j = 0; j < i; ++j) check_apart(op.name, name, outs[i], out_name(op, j), outs[j]);
   }
 }

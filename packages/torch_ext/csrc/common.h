@@ -66,8 +66,9 @@ void check_op(Backend backend, const OpDesc& op, const Inputs& in, const Attrs& 
 void check_op_backward(Backend backend, const OpDesc& op, const std::vector<Tensor>& grads,
                        const Inputs& in, const Attrs& attrs);
 // The outputs of an .out overload (out, or y_out and h_out): X's device and dtype, each output's
-// shape, no memory shared with an input unless the output is that input itself (each element is
-// read before it is written over), and none shared between two outputs.
+// shape, no memory shared with an input unless the output is that input itself and the op's
+// descriptor lets it write over that input (may_overwrite: each row is read before it is written
+// over), and none shared between two outputs.
 void check_outs(const OpDesc& op, const std::vector<Tensor>& outs, const Inputs& in);
 
 std::vector<int64_t> shape_of(const Tensor& t);

@@ -123,7 +123,12 @@ def test_fake_kernel_checks_and_returns_nothing(op, index):
 
 
 # ---- partial overlap: refused, as aten refuses it; an output that is an input stays allowed ------
+# where the op's spec lets that output write over that input (OpSpec.overwrites)
 def _overlap_message(op, name, input_name):
+    output = _spec(op).outputs[out_names(_spec(op)).index(name)]
+    if not _spec(op).may_overwrite(output, input_name):
+        return spec.error(op, name, f"a tensor that shares no memory with {input_name}",
+                          f"one that overlaps {input_name}")
     return spec.error(op, name, f"a tensor that shares no memory with {input_name} or is {input_name} itself",
                       f"one that partially overlaps {input_name}")
 
@@ -156,6 +161,54 @@ def test_an_out_overlapping_the_weight_is_refused(op, index):
     with pytest.raises(RuntimeError) as info:
         _into(op, outs, w=buffer[:W.numel()])
     assert str(info.value).splitlines()[0] == _overlap_message(op, out_names(_spec(op))[index], "W")
+
+
+_RANK1 = 8  # a rank-1 X: W then has X's shape (and Y's, H's)
+
+
+def _rank1(op, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(_RANK1 * _spec(op).split, generator=gen), "r": torch.randn(_RANK1, generator=gen),
+            "w": torch.rand(_RANK1, generator=gen) + 0.5}
+
+
+def _rank1_outs(op):
+    return [torch.empty(_RANK1) for _ in _spec(op).outputs]
+
+
+# every output and input of the same shape (X of a gated op is twice Y's) that the spec keeps apart
+_NOT_WRITTEN_OVER = [pytest.param(op, i, name, id=f"{op}-{out_names(_spec(op))[i]}-is-{name}")
+                     for op in OPS for i, output in enumerate(_spec(op).outputs) for name in _spec(op).inputs
+                     if not _spec(op).may_overwrite(output, name) and (name != "X" or _spec(op).split == 1)]
+
+
+@pytest.mark.parametrize("op,index,input_name", _NOT_WRITTEN_OVER)
+def test_an_out_that_is_an_input_the_spec_keeps_is_refused_and_left_untouched(op, index, input_name):
+    """With a rank-1 X an output may be W itself (add_rms_norm's h_out=weight, normalized with the W
+    it had just written over: Y off by up to 4.1). Only what the spec lets an output write over may
+    be that output; any other overlap is refused, naming the output and the input."""
+    inputs = _rank1(op)
+    target = inputs[input_name.lower()]
+    before = target.clone()
+    outs = _rank1_outs(op)
+    outs[index] = target
+    with pytest.raises(RuntimeError) as info:
+        _into(op, outs, **inputs)
+    assert str(info.value).splitlines() == [spec.error(
+        op, out_names(_spec(op))[index], f"a tensor that shares no memory with {input_name}",
+        f"{input_name} itself")]
+    assert torch.equal(target, before)
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if _has(op, "W")])
+def test_a_rank1_call_writing_over_what_its_spec_allows_gives_the_functional_result(op):
+    inputs = _rank1(op, seed=1)
+    expected = _functional(op, **inputs)
+    copies = {k: v.clone() for k, v in inputs.items()}
+    over = {"Y": "x", "H": "r"}  # the in-place residual update
+    outs = [copies[over[output]] for output in _spec(op).outputs]
+    _into(op, outs, **copies)
+    torch.testing.assert_close(tuple(outs), expected, rtol=0, atol=0)
 
 
 _SAME_SHAPE_AS_X = [op for op in OPS if _shapes(op)[0] == tuple(X.shape)]

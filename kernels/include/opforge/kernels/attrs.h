@@ -49,6 +49,9 @@ struct OpDesc {
   const AttrSpec* const* attrs;  // nb_attrs of them (nullptr for none); attr is the first
   int32_t nb_outputs;
   const char* outputs;     // for messages: "Y" / "Y, H"
+  // What an .out overload may write over (OpSpec.overwrites): bit output * nb_inputs + input set
+  // when that output may be that input itself (may_overwrite in shapes.h).
+  uint32_t overwrites = 0;
 };
 
 inline const char* attr_expectation(AttrRange range) {

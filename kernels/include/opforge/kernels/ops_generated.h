@@ -19,11 +19,11 @@ inline constexpr const AttrSpec* kSwiGLUAttrs[] = {&kSwiGLUBeta};
 inline constexpr AttrSpec kAddRMSNormEpsilon{"AddRMSNorm", "epsilon", 1e-06, AttrRange::kFiniteNonNegative, "added to the mean square"};
 inline constexpr const AttrSpec* kAddRMSNormAttrs[] = {&kAddRMSNormEpsilon};
 
-inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, "", 1, kSwishAttrs, 1, "Y"};
-inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, "", 1, kRMSNormAttrs, 1, "Y"};
-inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 1, kSwiGLUAttrs, 1, "Y"};
-inline constexpr OpDesc kGeGLUOp{"GeGLU", "geglu", 1, "X", nullptr, "Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * (1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 0, nullptr, 1, "Y"};
-inline constexpr OpDesc kAddRMSNormOp{"AddRMSNorm", "add_rms_norm", 3, "X, R, W", &kAddRMSNormEpsilon, "H = X + R; Y = H / sqrt(mean(H^2, last axis) + epsilon) * W; rows of zeros give 0; R has X's shape", Layout::kRows, 1, "", 1, kAddRMSNormAttrs, 2, "Y, H"};
+inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, "", 1, kSwishAttrs, 1, "Y", 0b1};
+inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, "", 1, kRMSNormAttrs, 1, "Y", 0b1};
+inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 1, kSwiGLUAttrs, 1, "Y", 0b0};
+inline constexpr OpDesc kGeGLUOp{"GeGLU", "geglu", 1, "X", nullptr, "Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * (1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 0, nullptr, 1, "Y", 0b0};
+inline constexpr OpDesc kAddRMSNormOp{"AddRMSNorm", "add_rms_norm", 3, "X, R, W", &kAddRMSNormEpsilon, "H = X + R; Y = H / sqrt(mean(H^2, last axis) + epsilon) * W; rows of zeros give 0; R has X's shape", Layout::kRows, 1, "", 1, kAddRMSNormAttrs, 2, "Y, H", 0b11011};
 inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp, &kGeGLUOp, &kAddRMSNormOp};
 
 // Every op, for the layers' tables: X(Name) expands to one entry per op.

@@ -66,6 +66,11 @@ inline std::string w_shape_error(const OpDesc& op, const int64_t* x_shape, int32
 constexpr bool has_residual(const OpDesc& op) { return op.nb_inputs == 3; }
 constexpr bool has_weight(const OpDesc& op) { return op.nb_inputs >= 2; }
 
+// Whether the .out overload's output `output` may be the input `input` itself (both by position).
+constexpr bool may_overwrite(const OpDesc& op, int32_t output, int32_t input) {
+  return (op.overwrites >> (output * op.nb_inputs + input)) & 1u;
+}
+
 // Empty when R has X's shape, else the canonical error text. Extents not known yet (< 0) match.
 inline std::string r_shape_error(const OpDesc& op, const int64_t* x_shape, int32_t x_rank,
                                  const int64_t* r_shape, int32_t r_rank) {
