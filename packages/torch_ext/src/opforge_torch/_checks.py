@@ -35,8 +35,21 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
+def _size(size):
+    """A size as the eager message prints it: a symbolic one (torch.compile(dynamic=True), torch.export)
+    by its hint, the size of the tensors being traced; the symbol only where there is none (a
+    data-dependent size). Reading a hint adds no guard."""
+    if isinstance(size, torch.SymInt) and size.node.has_hint():
+        return size.node.hint
+    return size
+
+
+def _sizes(shape) -> tuple:
+    return tuple(_size(d) for d in shape)
+
+
 def _shape(t: torch.Tensor) -> str:
-    return "[" + ", ".join(str(d) for d in t.shape) + "]"
+    return "[" + ", ".join(str(d) for d in _sizes(t.shape)) + "]"
 
 
 def _same_device(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
@@ -63,7 +76,7 @@ def _same_shape(op: str, name: str, t: torch.Tensor, ref_name: str, ref: torch.T
 
 def _shape_is(op: str, name: str, t: torch.Tensor, shape: tuple, ref_name: str) -> None:
     def message():
-        expected = "[" + ", ".join(str(d) for d in shape) + "]"
+        expected = "[" + ", ".join(str(d) for d in _sizes(shape)) + "]"
         return opforge_spec.error(op, name, f"shape {expected} (shape of {ref_name})", _shape(t))
 
     if t.dim() != len(shape):
@@ -94,8 +107,8 @@ def _x_shape(spec: opforge_spec.OpSpec, x: torch.Tensor) -> None:
     if spec.split > 1:
         last = x.shape[-1]
         # torch._check: with a dynamic last dim this records the constraint instead of specializing
-        torch._check(last >= spec.split, lambda: spec.x_error(x.shape))
-        torch._check(last % spec.split == 0, lambda: spec.x_error(x.shape))
+        torch._check(last >= spec.split, lambda: spec.x_error(_sizes(x.shape)))
+        torch._check(last % spec.split == 0, lambda: spec.x_error(_sizes(x.shape)))
 
 
 def _weight(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor) -> None:
@@ -103,14 +116,14 @@ def _weight(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor) -> None
     cols = x.shape[-1]
     before, after = opforge_spec.WEIGHT_EXPECTED
     torch._check(w.dim() == 1 and w.shape[0] == cols, lambda: opforge_spec.error(
-        spec.name, "W", f"{before}{cols}{after}", f"shape {_shape(w)}"))
+        spec.name, "W", f"{before}{_size(cols)}{after}", f"shape {_shape(w)}"))
 
 
 def _residual(spec: opforge_spec.OpSpec, x: torch.Tensor, r: torch.Tensor) -> None:
     _same_dtype(spec.name, "R", r, "X", x)
 
     def message():
-        return spec.r_error(x.shape, r.shape)
+        return spec.r_error(_sizes(x.shape), _sizes(r.shape))
 
     if r.dim() != x.dim():
         raise RuntimeError(message())
