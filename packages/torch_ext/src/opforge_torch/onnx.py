@@ -15,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+from typing import Any, NoReturn
 
 import torch
 from torch.onnx import symbolic_helper
 
 import opforge_spec
 
+from . import _checks
 from ._checks import attributes as _check_attributes
 
 DOMAIN = opforge_spec.DOMAIN
@@ -282,6 +284,144 @@ def _decomposed_table():
 
 
 # --------------------------------------------------------------------------------------------
+# The .out overloads: exported as the op itself, its results flowing to the written tensors
+# --------------------------------------------------------------------------------------------
+# An .out call returns nothing: an exporter that records it as is has no value for the later uses of
+# the tensors it wrote (the TorchScript exporter then drops the call; the dynamo one cannot translate
+# the auto_functionalized node). Both see instead the op's call, whose results the written tensors
+# hold from then on: one opforge node per call, read by those later uses.
+_TRACER_LIBRARY = torch.library.Library("opforge", "IMPL")  # kept: its registrations live as long as it
+_TRACER: Any = torch._C  # the tracer's value map (_get_value_trace, _set_value_trace) has no stubs
+
+
+def _results(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+@contextlib.contextmanager
+def _tracing_suspended():
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)
+
+
+_SLICES = ("aten::slice", "aten::select")  # the views the TorchScript exporter writes through
+
+
+def _is_view(node) -> bool:
+    """Whether a traced node's output aliases an input without writing it (a view, contiguous())."""
+    if not node.kind().startswith("aten::") or node.schema() == "(no schema)":
+        return False
+    returns = torch._C.parse_schema(node.schema()).returns
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def _slices(value) -> list:
+    """The traced slice/select nodes that `value` comes from, nearest first (as the exporter sees
+    them; the eager view relationship may differ: a Linear's 3-D output is an eager view)."""
+    chain = []
+    while value.node().kind() in _SLICES:
+        chain.append(value.node())
+        value = next(value.node().inputs())  # the sliced tensor
+    return chain
+
+
+def _axes_ascend(nodes) -> bool:
+    """Whether slices and selects, from the base on, each index an axis after the ones before."""
+    first_free = 0
+    for node in nodes:
+        rank = next(node.inputs()).type().dim()
+        axis = node.inputsAt(1).toIValue() % rank
+        if axis < first_free:
+            return False
+        first_free = axis + 1 if node.kind() == "aten::slice" else axis  # select drops its axis
+    return True
+
+
+def _refuse_untraceable_write(spec: opforge_spec.OpSpec, name: str, got: str) -> NoReturn:
+    raise RuntimeError(opforge_spec.error(
+        spec.name, name, "a tensor, or a slice or index of one, that no other view shares (the "
+        "TorchScript exporter carries a write to nothing else; export with dynamo=True, the default)",
+        got))
+
+
+def _trace_write(spec: opforge_spec.OpSpec, name: str, out: torch.Tensor, result: torch.Tensor) -> None:
+    """Records `out` holding `result` (its values are there already). A tensor that is no view in
+    the trace stands for the op's result from here on, so later uses read the node's output
+    directly; a slice or index is copied into (the exporter rewrites the base's later uses), the
+    copy and the slices given one source line: the exporter follows slices and selects to their
+    base only on the write's line. Any other view, of `out` or of its base, is refused: its later
+    uses would read the old values in the exported graph."""
+    chain = _slices(_TRACER._get_value_trace(out))
+    base = next(chain[-1].inputs()) if chain else _TRACER._get_value_trace(out)
+    if _is_view(base.node()):
+        _refuse_untraceable_write(spec, name, f"a view made by {base.node().kind()}")
+    if not _axes_ascend(chain[::-1]):  # b[1:][:, 2:]: the exporter fails an internal assert on it
+        _refuse_untraceable_write(spec, name, "slices going back to an earlier axis")
+    others = [use.user.kind() for use in base.uses() if _is_view(use.user) and use.user not in chain[-1:]]
+    if others:
+        _refuse_untraceable_write(spec, name, f"one with a view made by {others[0]} before the call")
+    if not chain:
+        _TRACER._set_value_trace(out, _TRACER._get_value_trace(result))
+        return
+    out.copy_(result)
+    write = _TRACER._get_value_trace(out).node()
+    for node in chain:
+        node.copyMetadata(write)
+
+
+def _traced_out(spec: opforge_spec.OpSpec):
+    """The .out overload's kernel at the tracer (the TorchScript exporter's, torch.jit.trace's)."""
+    op = getattr(torch.ops.opforge, spec.torch_name)
+
+    def kernel(*args, **outs):
+        results = _results(op.default(*args))  # recorded: the op's node
+        with _tracing_suspended():
+            op.out(*args, **outs)  # not recorded: the kernels' checks of the outputs, and the write
+        for name, result in zip(_checks.out_names(spec), results):
+            _trace_write(spec, name, outs[name], result)
+
+    return kernel
+
+
+def _exported_out(spec: opforge_spec.OpSpec):
+    """The .out overload under torch.export (the dynamo exporter's), which functionalizes the op and
+    the copies. Elsewhere (torch.compile) NotImplemented: there it stays auto_functionalized and is
+    written in place."""
+    op = getattr(torch.ops.opforge, spec.torch_name)
+
+    def decompose(*args, **outs):
+        if not torch.compiler.is_exporting():
+            return NotImplemented
+        written = tuple(outs[name] for name in _checks.out_names(spec))
+        count = len(spec.inputs)
+        tensors, attrs = args[:count], _with_defaults(spec, args)[count:]
+        _checks.op(spec, tensors, attrs)  # the fake .out kernel's checks: a copy never broadcasts nor casts
+        _checks.outs(spec, written, tensors[0])
+        for out, result in zip(written, _results(op.default(*args))):
+            out.copy_(result)
+        return None
+
+    return decompose
+
+
+def _with_defaults(spec: opforge_spec.OpSpec, args: tuple) -> tuple:
+    """A call's arguments with the attributes left out (the trailing ones) given their defaults."""
+    defaults = tuple(spec.defaults().values())
+    return (*args, *defaults[len(args) - len(spec.inputs):])
+
+
+def _register_out_exports():
+    for spec in opforge_spec.OPS.values():
+        _TRACER_LIBRARY.impl(f"{spec.torch_name}.out", _traced_out(spec), "Tracer")
+        out = getattr(torch.ops.opforge, spec.torch_name).out
+        out.py_impl(torch._C.DispatchKey.CompositeImplicitAutograd)(_exported_out(spec))
+
+
+# --------------------------------------------------------------------------------------------
 # One entry point
 # --------------------------------------------------------------------------------------------
 @contextlib.contextmanager
@@ -369,3 +509,4 @@ def reuse_torchlib_registry() -> bool:
 
 
 _register_torchscript_symbolics()
+_register_out_exports()
