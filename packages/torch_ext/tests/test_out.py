@@ -166,14 +166,15 @@ def test_an_out_overlapping_the_weight_is_refused(op, index):
 _RANK1 = 8  # a rank-1 X: W then has X's shape (and Y's, H's)
 
 
-def _rank1(op, seed=0):
+def _rank1(op, seed=0, device="cpu"):
     gen = torch.Generator().manual_seed(seed)
-    return {"x": torch.randn(_RANK1 * _spec(op).split, generator=gen), "r": torch.randn(_RANK1, generator=gen),
-            "w": torch.rand(_RANK1, generator=gen) + 0.5}
+    inputs = {"x": torch.randn(_RANK1 * _spec(op).split, generator=gen), "r": torch.randn(_RANK1, generator=gen),
+              "w": torch.rand(_RANK1, generator=gen) + 0.5}
+    return {name: t.to(device) for name, t in inputs.items()}
 
 
-def _rank1_outs(op):
-    return [torch.empty(_RANK1) for _ in _spec(op).outputs]
+def _rank1_outs(op, device="cpu"):
+    return [torch.empty(_RANK1, device=device) for _ in _spec(op).outputs]
 
 
 # every output and input of the same shape (X of a gated op is twice Y's) that the spec keeps apart
@@ -182,15 +183,18 @@ _NOT_WRITTEN_OVER = [pytest.param(op, i, name, id=f"{op}-{out_names(_spec(op))[i
                      if not _spec(op).may_overwrite(output, name) and (name != "X" or _spec(op).split == 1)]
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("op,index,input_name", _NOT_WRITTEN_OVER)
-def test_an_out_that_is_an_input_the_spec_keeps_is_refused_and_left_untouched(op, index, input_name):
+def test_an_out_that_is_an_input_the_spec_keeps_is_refused_and_left_untouched(op, index, input_name, device):
     """With a rank-1 X an output may be W itself (add_rms_norm's h_out=weight, normalized with the W
     it had just written over: Y off by up to 4.1). Only what the spec lets an output write over may
     be that output; any other overlap is refused, naming the output and the input."""
-    inputs = _rank1(op)
+    if device == "cuda":
+        require_cuda()
+    inputs = _rank1(op, device=device)
     target = inputs[input_name.lower()]
     before = target.clone()
-    outs = _rank1_outs(op)
+    outs = _rank1_outs(op, device)
     outs[index] = target
     with pytest.raises(RuntimeError) as info:
         _into(op, outs, **inputs)
