@@ -150,6 +150,20 @@ def test_load_dir_admits_plugins_in_batches(many_plugins):
     assert batches == [64] * (COUNT // 64) + [COUNT % 64], batches
 
 
+def test_a_watch_step_admits_new_plugins_in_batches(many_plugins):
+    batches: list[int] = []
+    admit = isolation.admit_in_child(isolation.DEFAULT_TIMEOUT, 1)
+
+    def counted(candidates):
+        batches.append(len(candidates))
+        return admit(candidates)
+
+    with opforge_loader.Registry(admit=counted, log=lambda level, line: None) as reg:
+        assert reg.sync(many_plugins) == COUNT
+        assert reg.sync(many_plugins) == 0
+    assert batches == [64] * (COUNT // 64) + [COUNT % 64], batches
+
+
 def _fewer_descriptors(limit: int):
     return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 

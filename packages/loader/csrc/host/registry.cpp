@@ -555,6 +555,23 @@ int32_t Registry::load_dir(const std::string& dir, uint32_t* loaded, uint32_t* r
   return OPFORGE_OK;
 }
 
+// A refusal is remembered with the files' ids: the same files are not tried again.
+void Registry::sync_batch(std::vector<Pending>& batch,
+                          std::vector<std::pair<std::string, std::pair<FileId, FileId>>>& scanned, uint32_t& changed) {
+  admit(batch);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    std::string e;
+    if (finish(batch[i], e) == OPFORGE_OK) {
+      ++changed;
+      reported_refusals_.erase(scanned[i].first);
+    } else {
+      reported_refusals_[scanned[i].first] = scanned[i].second;
+    }
+  }
+  batch.clear();
+  scanned.clear();
+}
+
 int32_t Registry::sync_dir(const std::string& raw_dir, uint32_t* changes, std::string& err) {
   if (int32_t s = refuse_reentry("opforge_registry_sync_dir", err)) return s;
   WriterLock w(*this);
@@ -607,6 +624,8 @@ int32_t Registry::sync_dir(const std::string& raw_dir, uint32_t* changes, std::s
     for (auto& kv : plugins_)
       current[kv.first] = {kv.second.lib->path, {kv.second.lib->library_id, kv.second.lib->manifest_id}};
   }
+  std::vector<Pending> batch;  // admitted together, as in load_dir
+  std::vector<std::pair<std::string, std::pair<FileId, FileId>>> scanned;  // per pending: library, ids
   for (auto& kv : best) {
     const Manifest& m = kv.second.first;
     auto ids = kv.second.second;
@@ -616,13 +635,16 @@ int32_t Registry::sync_dir(const std::string& raw_dir, uint32_t* changes, std::s
     if (prev != reported_refusals_.end() && prev->second == ids) continue;  // same files, same refusal
     std::string e;
     Mode mode = cur == current.end() ? Mode::Load : Mode::Reload;
-    if (load_locked(m.library_path, mode, dir, e) == OPFORGE_OK) {
-      ++changed;
-      reported_refusals_.erase(m.library_path);
-    } else {
+    batch.emplace_back();
+    if (prepare(m.library_path, mode, dir, batch.back(), e) != OPFORGE_OK) {
+      batch.pop_back();
       reported_refusals_[m.library_path] = ids;
+      continue;
     }
+    scanned.emplace_back(m.library_path, ids);
+    if (batch.size() == OPFORGE_ADMIT_BATCH) sync_batch(batch, scanned, changed);
   }
+  sync_batch(batch, scanned, changed);
   for (auto& kv : current) {
     std::shared_ptr<Library> lib;
     {

@@ -132,6 +132,8 @@ class Registry {
   int32_t map_library(Pending& p, std::string& err);
   int32_t finish(Pending& p, std::string& err);
   void load_batch(std::vector<Pending>& batch, uint32_t& ok, uint32_t& bad);
+  void sync_batch(std::vector<Pending>& batch, std::vector<std::pair<std::string, std::pair<FileId, FileId>>>& scanned,
+                  uint32_t& changed);
   int32_t unload_locked(const std::string& plugin, std::string& err);
   int32_t refuse(const std::string& path, const std::string& reason, int32_t status, std::string& err);
   std::string find_duplicate(const Manifest& m, const std::string& replacing);

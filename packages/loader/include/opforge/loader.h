@@ -61,8 +61,8 @@ OPFORGE_LOADER_API void opforge_registry_set_log(OpforgeRegistry* reg, OpforgeLo
 
 /* Admission: asked before any code of a library runs, after its manifest, sha256, ELF header and
  * $ORIGIN dependencies are checked, before it or those dependencies are dlopen'ed (e.g. to run it
- * in a child process first, as the opforge-loader CLI does). load_dir asks about up to
- * OPFORGE_ADMIT_BATCH libraries in one call; load, reload and sync_dir about one at a time. */
+ * in a child process first, as the opforge-loader CLI does). load_dir and sync_dir ask about up
+ * to OPFORGE_ADMIT_BATCH libraries in one call; load and reload about one. */
 #define OPFORGE_ADMIT_BATCH 64
 typedef struct OpforgeAdmission {
   const char* library_path;         /* the real file (for messages) */
