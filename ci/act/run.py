@@ -40,6 +40,9 @@ WORKFLOWS = ("matrix.yml", "wheels.yml", "release.yml")
 EVENTS = {"matrix.yml": ("push", "refs/heads/main"),
           "wheels.yml": ("workflow_dispatch", "refs/heads/main"),
           "release.yml": ("push", "refs/tags/v0.0.0-act")}
+# github.repository: act reads it from the clone's remote (a local path, not owner/name: the image
+# job's registry path broke) or names it nektos/act where there is none
+REPOSITORY = "local/opforge"
 RUNNER_LABELS = ("ubuntu-latest", "self-hosted", "gpu")   # each -> act's -self-hosted (this host)
 IMAGE_PROGRAMS = ("sudo", "podman", "runc", "debootstrap", "docker-registry")
 
@@ -180,7 +183,8 @@ def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Pla
                "-e", str(event_file(stage.out, workflow)), "--no-cache-server",
                "--action-cache-path", str(action_cache(stage.out)), "--concurrent-jobs", "1",
                "--container-daemon-socket", "-", "-s", "GITHUB_TOKEN=opforge-act-local",
-               "--env", f"OPFORGE_ACT_ARTIFACTS={store}"]
+               "--env", f"OPFORGE_ACT_ARTIFACTS={store}",
+               "--env", f"GITHUB_REPOSITORY={REPOSITORY}"]
     command += [arg for label in RUNNER_LABELS for arg in ("-P", f"{label}=-self-hosted")]
     command += [arg for uses, folder in standins.items()
                 for arg in ("--local-repository", f"{uses}={folder}")]
