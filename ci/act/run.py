@@ -312,8 +312,21 @@ def run_all(args: argparse.Namespace) -> int:
         return 2
     finally:
         stage.stop()
-    return write_report(out, plan, selection, runs_by_workflow, extra,
+    code = write_report(out, plan, selection, runs_by_workflow, extra,
                         time.monotonic() - started, args.act)
+    forget_cache(out, code)
+    return code
+
+
+def forget_cache(out: Path, code: int) -> None:
+    """act's cache holds each job's copy of the tree and runner.temp (the image job's podman store,
+    about 6 GB): removed after a passing run, kept after a failure for its logs."""
+    cache = action_cache(out)
+    if code == 0:
+        shutil.rmtree(cache, ignore_errors=True)
+    elif cache.exists():
+        services.say(f"kept act's cache with every job's tree and runner.temp: {cache} "
+                     f"(rm -rf it when done)")
 
 
 def write_report(out: Path, plan: act_plan.Plan, selection: Selection, runs_by_workflow: dict,
