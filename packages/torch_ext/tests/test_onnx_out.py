@@ -288,3 +288,18 @@ def test_a_write_into_a_slice_and_an_index_reaches_the_base(tmp_path, dynamo, op
     assert _opforge_nodes(proto) == ["Swish"]
     (got,) = _run(path, (x,))
     np.testing.assert_allclose(got, _into_a_slice_and_an_index(x).numpy(), *spec.SWISH.tolerance("float32"))
+
+
+@pytest.mark.parametrize("dynamo,opset", EXPORTS, ids=IDS)
+def test_an_out_call_refused_under_export_is_refused_in_eager_s_one_line(tmp_path, dynamo, opset):
+    """With grad mode on the decoder's out= calls take weights autograd records: eager mode refuses
+    them, and so does each exporter, in the same single line (not inside the dynamo exporter's
+    report of a failed step)."""
+    model = InPlaceDecoder().eval()
+    tokens = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(2))
+    with pytest.raises(RuntimeError) as eager:
+        model(tokens)
+    with pytest.raises(RuntimeError) as exported:
+        opforge_onnx.export(model, (tokens,), str(tmp_path / "m.onnx"), dynamo=dynamo, opset_version=opset)
+    assert str(exported.value).splitlines() == str(eager.value).splitlines()
+    assert str(eager.value).startswith("opforge.AddRMSNorm: out: expected no tensor that autograd records")

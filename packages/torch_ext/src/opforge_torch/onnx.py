@@ -458,6 +458,27 @@ def _translation_table(ops: frozenset) -> dict:
     return table
 
 
+def _opforge_error(error: BaseException | None) -> RuntimeError | None:
+    """The opforge op's refusal (bad input) among the errors that led to `error`, if any."""
+    while error is not None:
+        if isinstance(error, RuntimeError) and str(error).startswith(f"{DOMAIN}."):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextlib.contextmanager
+def _opforge_errors_first():
+    """An op's refusal as its one line, not inside the dynamo exporter's report of a failed step."""
+    try:
+        yield
+    except Exception as error:
+        refusal = _opforge_error(error)
+        if refusal is None or refusal is error:
+            raise
+        raise RuntimeError(str(refusal).splitlines()[0]) from error
+
+
 def export(model, args, path, *, decomposed: bool | str = False, runtime: str = "onnxruntime",
            dynamo: bool | None = None, **kw):
     """Exports ``model(*args)`` to ``path`` and returns ``path``.
@@ -482,7 +503,8 @@ def export(model, args, path, *, decomposed: bool | str = False, runtime: str = 
             f"{OPSET_RANGE[0]}..{DYNAMO_MIN_OPSET - 1}")
     if dynamo:
         table = {**_translation_table(ops), **kw.pop("custom_translation_table", {})}
-        torch.onnx.export(model, args, path, dynamo=True, custom_translation_table=table, **kw)
+        with _opforge_errors_first():
+            torch.onnx.export(model, args, path, dynamo=True, custom_translation_table=table, **kw)
         return path
     with _decomposed(ops):
         custom = {} if ops == frozenset(opforge_spec.OPS) else {DOMAIN: DOMAIN_VERSION}
