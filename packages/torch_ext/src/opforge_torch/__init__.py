@@ -104,3 +104,4 @@ from ._ops_generated import *  # noqa: E402,F403  (opforge_torch.<op> for every 
 from ._ops_generated import __all__ as _OPS  # noqa: E402
 
 __all__.extend(_OPS)
+from .hf import patch as patch  # noqa: E402  (opforge_torch.patch: transformers models onto the ops)
