@@ -180,7 +180,7 @@ def test_stacked_mlp_keeps_biases_and_one_copy():
 
 def test_refuses_what_it_does_not_know():
     with pytest.raises(TypeError) as linear:
-        opforge_torch.patch(torch.nn.Linear(2, 2))
+        opforge_torch.patch(torch.nn.utils.skip_init(torch.nn.Linear, 2, 2))
     assert str(linear.value).startswith("opforge_torch.patch: refusing Linear (torch.nn.modules.linear.Linear)")
 
     class MyLlama(tf.LlamaForCausalLM):
