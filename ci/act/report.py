@@ -24,6 +24,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")   # colours in the steps' output
 @dataclass
 class StepRun:
     result: str = "running"         # success | failure | skipped (act's words)
+    main: bool = False              # its Main stage started
     seconds: float = 0.0
     output: list[str] = field(default_factory=list)
     error: str = ""
@@ -80,6 +81,7 @@ def _apply(run: JobRun, event: Mapping[str, Any]) -> None:
     step = _step_of(run, event)
     if step is None:
         return
+    step.main = step.main or event.get("stage") == "Main"
     if event.get("raw_output"):
         text = ANSI.sub("", str(event.get("msg", "")))
         step.output = (step.output + text.splitlines())[-TAIL:]
@@ -157,6 +159,9 @@ def _step_row(job: Job, name: str, index: int, run: StepRun | None, job_result: 
     if (run is None or run.result == "running") and job_result == "success":
         # act logs a step its `if:` skips only at debug level: no event at all
         return Row(job.workflow, name, step.label, "skipped", "its if: was false", 0.0)
+    if run is not None and run.main and run.result == "running" and job_result == "running":
+        return Row(job.workflow, name, step.label, "failed",
+                   "interrupted: act ended before the step did", run.seconds)
     if run is None or run.result == "running":
         return Row(job.workflow, name, step.label, "not reached", "an earlier step failed", 0.0)
     if run.result == "failure":
@@ -188,7 +193,8 @@ def rows_for(plan: Plan, runs_by_workflow: Mapping[str, Mapping[RunKey, JobRun]]
 
 
 def failures(rows: Iterable[Row]) -> list[Row]:
-    return [row for row in rows if row.status == "failed" and row.step]
+    """The failed steps and the failed jobs (a job act ended without a result has no failed step)."""
+    return [row for row in rows if row.status == "failed"]
 
 
 def failure_lines(rows: Iterable[Row], runs_by_workflow: Mapping[str, Mapping[RunKey, JobRun]]
@@ -196,8 +202,10 @@ def failure_lines(rows: Iterable[Row], runs_by_workflow: Mapping[str, Mapping[Ru
     """One line per failed step naming workflow, job and step, then the end of its output."""
     lines = []
     for row in failures(rows):
-        lines.append(f"opforge act: FAILED {row.workflow} job {row.job}, step {row.step!r}: "
-                     f"{row.why}")
+        where = f", step {row.step!r}" if row.step else ""
+        if not row.step and any(r.step and r.job == row.job for r in failures(rows)):
+            continue                  # its failed step says it
+        lines.append(f"opforge act: FAILED {row.workflow} job {row.job}{where}: {row.why}")
         lines += [f"    {text}" for text in _output_of(row, runs_by_workflow)]
     return lines
 

@@ -124,13 +124,15 @@ def test_a_passing_job_reports_ran_and_replaced_steps_with_times(golden_plan):
 def test_a_failed_step_is_named_with_its_job_and_output(golden_plan):
     rows, runs = _rows(golden_plan, _log("failure", "\x1b[31mline 2: opforge_podmn: command not "
                                                     "found\x1b[0m"))
-    (failed,) = report.failures(rows)
+    job_row, failed = report.failures(rows)             # the job, then its step
+    assert (job_row.job, job_row.step) == ("generated-files", "")
     assert (failed.workflow, failed.job, failed.step, failed.why) == (
         "matrix.yml", "generated-files", "Check", "exit status 127")
     lines = report.failure_lines(rows, runs)
     assert lines[0] == ("opforge act: FAILED matrix.yml job generated-files, step 'Check': "
                         "exit status 127")
     assert lines[1] == "    line 2: opforge_podmn: command not found"    # without colour codes
+    assert len(lines) == 2                                # the job's line is its step's
     assert "**FAILED**" in report.markdown(rows, 45.0)
     assert json.loads(report.as_json(rows, 45.0))["passed"] is False
 
