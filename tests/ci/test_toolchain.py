@@ -21,7 +21,7 @@ class Workspace(executors.Workspace):
     def ort_include(self, matrix):
         return "/ort-include"
 
-    def zig(self, matrix, log):
+    def zig(self, matrix, tools, log):
         return "/zig"
 
 
