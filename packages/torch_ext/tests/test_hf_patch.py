@@ -16,8 +16,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # random weights only: never reach
 
 
 def _transformers():
-    """transformers, or a skip naming why; a failure where the suite must have it (suite-torch sets
-    OPFORGE_REQUIRE_TRANSFORMERS=1: matrix.yaml lists it in the stage's tools)."""
+    """transformers, or a skip naming why; a failure where the caller says it must be there
+    (OPFORGE_REQUIRE_TRANSFORMERS=1: the test suite's torch stage installs it)."""
     try:
         import transformers
     except ImportError as err:
