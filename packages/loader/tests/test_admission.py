@@ -137,31 +137,32 @@ def many_plugins(tmp_path_factory) -> Path:
     return directory
 
 
-def test_load_dir_admits_plugins_in_batches(many_plugins):
-    batches: list[int] = []
+def counting_admission(batches: list[int]):
+    """The real admission child, recording how many plugins each call hands it."""
     admit = isolation.admit_in_child(isolation.DEFAULT_TIMEOUT, 1)
 
     def counted(candidates):
         batches.append(len(candidates))
         return admit(candidates)
+    return counted
 
-    with opforge_loader.Registry(admit=counted, log=lambda level, line: None) as reg:
+
+BATCHES = [64] * (COUNT // 64) + [COUNT % 64]
+
+
+def test_load_dir_admits_plugins_in_batches(many_plugins):
+    batches: list[int] = []
+    with opforge_loader.Registry(admit=counting_admission(batches), log=lambda level, line: None) as reg:
         assert reg.load_dir(many_plugins) == (COUNT, 0)
-    assert batches == [64] * (COUNT // 64) + [COUNT % 64], batches
+    assert batches == BATCHES, batches
 
 
 def test_a_watch_step_admits_new_plugins_in_batches(many_plugins):
     batches: list[int] = []
-    admit = isolation.admit_in_child(isolation.DEFAULT_TIMEOUT, 1)
-
-    def counted(candidates):
-        batches.append(len(candidates))
-        return admit(candidates)
-
-    with opforge_loader.Registry(admit=counted, log=lambda level, line: None) as reg:
+    with opforge_loader.Registry(admit=counting_admission(batches), log=lambda level, line: None) as reg:
         assert reg.sync(many_plugins) == COUNT
         assert reg.sync(many_plugins) == 0
-    assert batches == [64] * (COUNT // 64) + [COUNT % 64], batches
+    assert batches == BATCHES, batches
 
 
 def _fewer_descriptors(limit: int):
