@@ -18,7 +18,9 @@ ARCHS = ("80", "90")
 
 
 def _cuda_home():
-    for root in (os.environ.get("OPFORGE_CUDA_HOME"), "/usr/local/cuda"):
+    # CUDA_HOME too: docker/run.sh --cuda DIR mounts the toolkit at DIR and names it only there
+    names = ("OPFORGE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH")
+    for root in (*(os.environ.get(name) for name in names), "/usr/local/cuda"):
         if root and (Path(root) / "bin" / "nvcc").is_file():
             return Path(root)
     nvcc = shutil.which("nvcc")
@@ -87,7 +89,7 @@ def test_nvcc_compiles_the_cuda_kernels_for_sm80_and_sm90_plus_ptx(tmp_path):
         pytest.skip("the installed library is a CUDA build: its SASS is checked directly")
     home = _cuda_home()
     if home is None:
-        pytest.skip("no nvcc (set OPFORGE_CUDA_HOME)")
+        pytest.skip("no nvcc (set OPFORGE_CUDA_HOME or CUDA_HOME)")
     _cuobjdump()  # skip before a compile whose result could not be checked
     import opforge_spec
 
