@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ci import model as mx
-from ci.engine.result import Result
 from ci.model import key_hash
 from ci.provision import venvs
+from ci.report.result import Result
 
 REPO = mx.REPO
 SKIP_DIRS = {"build", "dist", "__pycache__", ".pytest_cache", ".nox", ".git"}

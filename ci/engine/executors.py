@@ -17,7 +17,6 @@ from ci import model as mx
 from ci.artifacts import wheels
 from ci.artifacts.sass import check_sass
 from ci.engine.numbers import junit_numbers, stage_numbers
-from ci.engine.result import Result
 from ci.engine.stage_env import (
     build_env,
     claimed_venv,
@@ -29,6 +28,7 @@ from ci.engine.stage_env import (
 )
 from ci.engine.workspace import STAGE_TIMEOUT_S, Job, Workspace
 from ci.provision import venvs
+from ci.report.result import Result
 
 __all__ = ["EXECUTORS", "STAGE_TIMEOUT_S", "Job", "Workspace", "build", "build_env", "execute",
            "fill", "pytest", "script", "wheel"]

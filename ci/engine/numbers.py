@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ci import model as mx
-from ci.engine.result import Result
+from ci.report.result import Result
 
 REPO = mx.REPO
 

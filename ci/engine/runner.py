@@ -31,11 +31,11 @@ from ci.engine.plan import (
     render_plan,
     select,
 )
-from ci.engine.result import Result  # status pass | fail | skip; a skip's reason in Result.reason
 from ci.model import key_hash
 from ci.provision import probe as hostprobe
 from ci.provision import venvs
 from ci.report import report
+from ci.report.result import Result  # status pass | fail | skip; a skip's reason in Result.reason
 
 REPO = mx.REPO
 OUT = REPO / "build" / "matrix"

@@ -15,8 +15,8 @@ from ci.artifacts import sdists
 from ci.engine.cache import tree_hash
 from ci.engine.claims import VenvClaims
 from ci.engine.process import run_logged
-from ci.engine.result import Result
 from ci.provision import debian, toolkits, venvs
+from ci.report.result import Result
 
 REPO = mx.REPO
 STAGE_TIMEOUT_S = 1200   # one command of a stage (a hung test must not stall the matrix)

@@ -20,8 +20,7 @@ from pathlib import Path
 import tomllib
 
 from ci import model as mx
-from ci.generate import aptlock
-from ci.provision import venvs
+from ci.provision import apt, venvs
 
 WHEELS = mx.REPO / "build" / "container-wheels"
 MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}    # Debian architecture -> wheel platform
@@ -81,7 +80,7 @@ def no_deps_requirements(root: Path = mx.REPO) -> list[str]:
     raise SystemExit(f"{script}: no PIN = (name, specifier)")
 
 
-def target(lock: aptlock.Lock) -> list[str]:
+def target(lock: apt.Lock) -> list[str]:
     """pip download's target options for the image: its CPython (Debian's python3) and its glibc
     (libc6), so the folder holds wheels the image can install whatever the host is."""
     libc = lock.parts["image"]["libc6"]
@@ -112,7 +111,7 @@ def download_wheels(profile: str, dest: Path = WHEELS) -> None:
     downloads, set by set, and how much the folder holds (a cold host profile: GBs)."""
     # one resolution per venv's pin list; the header wheel without its dependencies
     sets = [*requirement_sets(mx.load(), profile), ["--no-deps", *no_deps_requirements()]]
-    download(sets, dest, target(aptlock.load()))
+    download(sets, dest, target(apt.load()))
     print(f"wheels for profile {profile} in {dest}: docker/run.sh --wheels {dest} ...")
 
 

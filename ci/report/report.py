@@ -1,6 +1,6 @@
 """build/matrix/report.json (cells x stages) and report.md, the page a person reads at a glance.
 
-A stage's Result (ci/engine/result.py) is typed: status pass | fail | skip, and a skip's reason.
+A stage's Result (ci/report/result.py) is typed: status pass | fail | skip, and a skip's reason.
 report.json carries both fields as they are (`"status": "skip", "reason": "no GPU"`); report.md
 and the progress lines show a skip as `skipped: <reason>`.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ci import model as mx
-from ci.engine.result import FAIL, PASS, SKIP, Result, label
+from ci.report.result import FAIL, PASS, SKIP, Result, label
 
 # 2: status is pass | fail | skip with a skip's reason in `reason` (1 wrote "skipped: <reason>").
 REPORT_FORMAT = 2

@@ -14,7 +14,7 @@ import pytest
 
 from ci import model as mx
 from ci.generate import aptlock, workflows
-from ci.provision import container, debian, venvs
+from ci.provision import apt, container, debian, venvs
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 LOCK = GOLDEN / "docker" / "apt.lock"
@@ -93,7 +93,7 @@ def test_resolve_splits_base_and_image(excerpt):
     lock = aptlock.resolve({"bookworm": excerpt}, "bookworm", ("adduser",), indexes)
     assert set(lock.parts["base"]) <= set(lock.parts["image"])
     assert "adduser" in lock.parts["image"] and "adduser" not in lock.parts["base"]
-    assert aptlock.parse(lock.render()) == lock
+    assert apt.parse(lock.render()) == lock
 
 
 # ----------------------------------------------------------------------- the file and the check
@@ -112,7 +112,7 @@ def test_an_unreadable_line_is_named(lock):
     text = lock.render().replace("base dash ", "base dash-without-fields\nbase dash ", 1)
     with pytest.raises(aptlock.LockError, match=r"apt\.lock:\d+: cannot read 'base "
                                                 r"dash-without-fields'.*nox -s apt_lock"):
-        aptlock.parse(text)
+        apt.parse(text)
 
 
 def test_parse_installed_keeps_installed_packages_only():

@@ -17,10 +17,10 @@ from ci import model as mx
 from ci.engine import cache, executors, plan, runner
 from ci.engine.executors import Workspace
 from ci.engine.plan import Selection
-from ci.engine.result import Result
 from ci.generate import workflows
 from ci.model import cell_slug, key_hash
 from ci.report import report
+from ci.report.result import Result
 
 PROFILE = "ci-gpu"
 

@@ -1,4 +1,6 @@
-"""ci/ as layers: the import graph of its modules (ast over every file) has no circle, no module is
+"""ci/ as layers: the import graph of its modules (ast over every file) has no circle, nor has the
+graph of its layers (its subpackages and top-level modules: engine and report, provision and
+generate imported each other, module by module without a circle), no module is
 longer than MAX_LINES, and an import of ci inside a function says why in a comment (everything
 else imports at the top of a module, where a reader looks)."""
 from __future__ import annotations
@@ -109,12 +111,29 @@ def too_long(found: dict[str, Path]) -> list[str]:
             if (n := len(path.read_text().splitlines())) > MAX_LINES]
 
 
+def layer(module: str) -> str:
+    """ci.engine.runner -> ci.engine: a subpackage of ci or a top-level module."""
+    return ".".join(module.split(".")[:2])
+
+
+def between_layers(edges: list[Import]) -> list[Import]:
+    """The imports from one layer into another, as edges between the layers."""
+    return [dataclasses.replace(e, source=layer(e.source), target=layer(e.target)) for e in edges
+            if layer(e.source) != layer(e.target)]
+
+
 # ------------------------------------------------------------------------------------ ci itself
 
 
 def test_ci_has_no_import_circle():
     _, edges = graph(REPO)
     assert circle(edges) is None, " -> ".join(circle(edges))
+
+
+def test_ci_layers_import_each_other_one_way():
+    _, edges = graph(REPO)
+    found = circle(between_layers(edges))
+    assert found is None, " -> ".join(found or [])
 
 
 def test_no_ci_module_is_longer_than_the_limit():
@@ -151,6 +170,17 @@ def test_a_circle_is_found_and_named(tmp_path):
                                     "    from ci.a import one\n"})
     _, edges = graph(tmp_path)
     assert circle(edges) == ["ci.a.one", "ci.a.two", "ci.three", "ci.a.one"]
+
+
+def test_a_circle_of_layers_is_found_where_the_modules_have_none(tmp_path):
+    """engine's runner imports report, report imports engine's result (which imports nothing)."""
+    write(tmp_path, {"ci/__init__.py": "", "ci/engine/__init__.py": "", "ci/report/__init__.py": "",
+                     "ci/engine/result.py": "PASS = 'pass'\n",
+                     "ci/engine/runner.py": "from ci.report import report\n",
+                     "ci/report/report.py": "from ci.engine.result import PASS\n"})
+    _, edges = graph(tmp_path)
+    assert circle(edges) is None
+    assert circle(between_layers(edges)) == ["ci.engine", "ci.report", "ci.engine"]
 
 
 def test_a_package_import_is_an_edge_to_the_package_not_a_circle(tmp_path):

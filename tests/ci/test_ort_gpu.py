@@ -62,7 +62,7 @@ def test_other_profiles_keep_their_venvs_and_digests(matrix, mutated):
 
 
 def _no_outputs():
-    from ci.engine.result import Result
+    from ci.report.result import Result
 
     return Result("pass")
 

@@ -9,8 +9,8 @@ import pytest
 
 from ci import model as mx
 from ci.engine import cache, plan
-from ci.engine.result import Result
 from ci.provision import venvs
+from ci.report.result import Result
 
 
 def test_only_takes_stages_packages_and_axis_values(matrix):

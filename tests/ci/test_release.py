@@ -312,7 +312,7 @@ def test_a_stage_venv_gets_what_the_built_wheels_declare(tmp_path):
     build's runtime wheel) comes after, as a user's pip would bring it: the toolkit's own pin when
     it fits, never a second copy of a pinned or built package, never an extra."""
     from ci.engine import executors, stage_env
-    from ci.engine.result import Result
+    from ci.report.result import Result
 
     matrix = mx.load()
     cell = next(c for c in mx.expand(matrix, "release")[0] if c.variant == "cu128")

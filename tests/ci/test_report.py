@@ -6,8 +6,8 @@ import json
 import pytest
 
 from ci import model as mx
-from ci.engine.result import Result
 from ci.report import report
+from ci.report.result import Result
 
 
 def make(matrix, tmp_path, host):

@@ -16,8 +16,8 @@ from ci import model as mx
 from ci.engine import cache, executors, plan, runner
 from ci.engine.executors import Workspace
 from ci.engine.plan import Selection
-from ci.engine.result import Result
 from ci.model import key_hash
+from ci.report.result import Result
 
 
 @pytest.fixture
