@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from .numerics import Errors, describe_worst, dtype_name, measure, round_to
+from .numerics import QUANTIZED_DTYPES, Errors, describe_worst, dtype_name, measure, quantized_errors, round_to
 
 DOMAIN = "opforge"
 DOMAIN_VERSION = 1
@@ -42,17 +42,54 @@ def finite_in_float32(value: float) -> bool:
     return abs(value) < FLOAT32_OVERFLOW
 
 
+# Integer and enum attributes travel as float32 through the kernels (AttrValues) and as float or
+# int through the layers: an integer is exact in float32 up to 2**24 in magnitude.
+INT_LIMIT = 2**24
+
+# Element types by their ONNX TensorProto.DataType code: an enum attribute that picks an output's
+# dtype takes these values (as Cast's `to` does), and the C++ twin is ElemType (attrs.h).
+DTYPE_CODES = {"float32": 1, "int8": 3, "float16": 10, "float64": 11, "bfloat16": 16, "float8_e4m3fn": 17}
+
+
 @dataclass(frozen=True)
 class Attr:
+    """An attribute: `kind` "float" (the default), "int" or "enum" (an int whose valid values are
+    `choices`, name -> value; the layers name them in messages)."""
     name: str
     default: float
     doc: str
     check: Callable[[float], str | None]  # returns the expectation text when the value is invalid
+    kind: str = "float"
+    choices: dict[str, int] | None = None
 
     def error(self, op_name: str, value: float) -> str | None:
         """The canonical error text for `value`, or None when it is valid."""
         expected = self.check(value)
         return None if expected is None else error(op_name, self.name, expected, format_number(value))
+
+    def choice_name(self, value) -> str:
+        """An enum attribute's value by its name (int8, float8_e4m3fn, ...)."""
+        names = {v: k for k, v in (self.choices or {}).items()}
+        return names[int(value)]
+
+
+def int_attr(name: str, default: int, doc: str, non_negative: bool = False) -> Attr:
+    """An integer attribute (exact in float32: |value| <= INT_LIMIT)."""
+    return Attr(name, default, doc, _non_negative_integer if non_negative else _integer, kind="int")
+
+
+def enum_attr(name: str, choices: dict[str, int], default: str, doc: str) -> Attr:
+    """An enum attribute: one of `choices` (name -> int value), `default` by its name."""
+    def one_of(value: float) -> str | None:
+        return None if value in choices.values() else one_of_text(choices)
+
+    one_of.__name__ = "_one_of"
+    return Attr(name, choices[default], doc, one_of, kind="enum", choices=dict(choices))
+
+
+def one_of_text(choices: dict[str, int]) -> str:
+    """An enum's expectation in messages: `one of 3 (int8), 17 (float8_e4m3fn)` (attrs.h twin)."""
+    return "one of " + ", ".join(f"{v} ({k})" for k, v in choices.items())
 
 
 def _finite(value: float) -> str | None:
@@ -61,6 +98,18 @@ def _finite(value: float) -> str | None:
 
 def _finite_non_negative(value: float) -> str | None:
     return None if finite_in_float32(value) and value >= 0 else "a finite float32 >= 0"
+
+
+def _is_integer(value: float) -> bool:
+    return finite_in_float32(value) and float(value).is_integer() and abs(value) <= INT_LIMIT
+
+
+def _integer(value: float) -> str | None:
+    return None if _is_integer(value) else f"an integer in [-{INT_LIMIT}, {INT_LIMIT}]"
+
+
+def _non_negative_integer(value: float) -> str | None:
+    return None if _is_integer(value) and value >= 0 else f"an integer in [0, {INT_LIMIT}]"
 
 
 @dataclass
@@ -132,6 +181,55 @@ class OpSpec:
     # same layout), each read row by row before that row of the output is written. Any other
     # overlap of an output with an input (W above all: every row reads it) is refused.
     overwrites: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # An output's own dtype: output -> a dtype name (fixed, e.g. "float32") or the name of an enum
+    # attribute whose values are DTYPE_CODES (chosen per call, e.g. "quant_dtype"). An output not
+    # listed has X's dtype.
+    output_dtypes: dict[str, str] = field(default_factory=dict)
+    # An output's own shape rule: output -> "row" (X's shape with the last dim 1: one value per
+    # row). Not listed: the first output has the op's rule (output_shape), the others X's shape.
+    output_shapes: dict[str, str] = field(default_factory=dict)
+    # False: the op has no derivative (an inference op): torch refuses backward naming the op, and
+    # no layer has backward kernels or a backward schema for it.
+    has_gradient: bool = True
+
+    def shape_rule(self, output: str) -> str:
+        """An output's shape rule: "split" (the op's rule: X's shape, the last dim divided by
+        `split`), "x" (X's shape) or "row" (X's shape, last dim 1)."""
+        if output in self.output_shapes:
+            return self.output_shapes[output]
+        return "split" if output == self.outputs[0] else "x"
+
+    def output_shape_of(self, output: str, x_shape) -> tuple:
+        """The shape of `output` for X's shape."""
+        shape, rule = tuple(x_shape), self.shape_rule(output)
+        if rule == "row":
+            return shape[:-1] + (1,)
+        return self.output_shape(shape) if rule == "split" else shape
+
+    def output_dtype(self, output: str, x_dtype: str, attrs: dict | None = None) -> str:
+        """The dtype name of `output` for X's dtype name and the call's attributes (defaults for
+        those not given)."""
+        rule = self.output_dtypes.get(output)
+        if rule is None:
+            return x_dtype
+        if rule in self.attributes:
+            attr = self.attributes[rule]
+            return attr.choice_name({**self.defaults(), **(attrs or {})}[rule])
+        return rule
+
+    def quantized_output(self, output: str) -> bool:
+        """Whether `output`'s dtype is chosen by an enum attribute (a quantized output, compared
+        within one quantization step: quantized_errors)."""
+        return self.output_dtypes.get(output) in self.attributes
+
+    @property
+    def family(self) -> str | None:
+        """The launcher family the kernels run the op with, from its shape rule and tensors:
+        "elementwise" (any shape, X only), "gated" (X = [A, B] over the last axis), "row_norm"
+        (rows of X with a per-column weight W) or "residual_row_norm" (X, a residual R, W; outputs
+        Y and H); its math header gives `<Name>Math` for that family and the generator writes its
+        bindings (CONTRIBUTING.md). None: an op of a new shape, whose bindings are written by hand."""
+        return FAMILIES.get((self.layout, self.split, tuple(self.inputs), tuple(self.outputs)))
 
     def may_overwrite(self, output: str, input_name: str) -> bool:
         """Whether the .out overload's `output` may be the input `input_name` itself."""
@@ -198,17 +296,32 @@ class OpSpec:
         rtol, atol = self.tolerance(dtype)
         return measure(actual, expected64, dtype, rtol, atol)
 
-    def check_close(self, actual, expected64, dtype, inputs=(), label: str = "") -> Errors:
+    def check_close(self, actual, expected64, dtype, inputs=(), label: str = "", attrs=None) -> Errors:
         """Each output against the reference's (a tuple of them for an op with several outputs);
-        the worst output's errors."""
+        the worst output's errors. A quantized output (quantized_output) is compared within one
+        quantization step of its dtype (from the tensor's own dtype where it has one, else from
+        `attrs`, else the default); the count of elements one step off is in Errors.off_by_one."""
         if len(self.outputs) > 1:
             if len(actual) != len(self.outputs) or len(expected64) != len(self.outputs):
                 raise AssertionError(f"opforge.{self.name} {label}: expected {len(self.outputs)} outputs "
                                      f"({', '.join(self.outputs)}), got {len(actual)}")
-            errs = [self._check_one(a, e, dtype, inputs, f"{label} {name}".strip())
+            errs = [self._check_output(name, a, e, dtype, inputs, f"{label} {name}".strip(), attrs)
                     for a, e, name in zip(actual, expected64, self.outputs)]
             return max(errs, key=lambda e: e.max_ulp)
-        return self._check_one(actual, expected64, dtype, inputs, label)
+        return self._check_output(self.outputs[0], actual, expected64, dtype, inputs, label, attrs)
+
+    def _check_output(self, output, actual, expected64, dtype, inputs, label, attrs) -> Errors:
+        actual, given_dtype = _as_array(actual)
+        if not self.quantized_output(output):
+            return self._check_one(actual, expected64, dtype, inputs, label)
+        qdtype = given_dtype if given_dtype in QUANTIZED_DTYPES else self.output_dtype(output, "", attrs)
+        errs = quantized_errors(actual, expected64, qdtype)
+        if errs.mismatched:
+            raise AssertionError(
+                f"opforge.{self.name} {label} ({qdtype}): {errs.mismatched} element(s) more than one "
+                f"quantization step off ({errs.off_by_one} one step off); "
+                + describe_worst(actual, expected64, errs, inputs))
+        return errs
 
     def _check_one(self, actual, expected64, dtype, inputs, label: str) -> Errors:
         errs = self.errors(actual, expected64, dtype)
@@ -220,3 +333,12 @@ class OpSpec:
                 f"{errs.max_rel:.3g}, max {errs.max_ulp:.3g} ulp; "
                 + describe_worst(actual, expected64, errs, inputs))
         return errs
+
+
+def _as_array(values) -> tuple:
+    """(a float64-convertible array, the dtype name of `values` when it has one): a torch tensor of
+    a dtype numpy lacks (float8) is read as float32 (duck-typed: the spec does not import torch)."""
+    given = str(getattr(values, "dtype", "")).replace("torch.", "")
+    if given in QUANTIZED_DTYPES and hasattr(values, "float"):
+        values = values.detach().cpu().float().numpy()
+    return values, given

@@ -55,6 +55,7 @@ class Errors:
     max_ulp: float
     worst_index: tuple
     mismatched: int  # elements outside tolerance (NaN/Inf pattern mismatches included)
+    off_by_one: int = 0  # a quantized output's elements one quantization step off (allowed)
 
     def as_dict(self) -> dict:
         return {"max_abs": self.max_abs, "max_rel": self.max_rel, "max_ulp": self.max_ulp,
@@ -99,3 +100,43 @@ def describe_worst(actual, expected64, errors: Errors, inputs=()) -> str:
         if x.shape == np.asarray(actual).shape:
             parts.append(f"input {i} there = {x[idx]!r}")
     return "; ".join(parts)
+
+
+# The quantized dtypes an output may have (OpSpec.output_dtypes through an enum attribute), each
+# with its largest finite value.
+QUANTIZED_DTYPES = {"int8": 127.0, "float8_e4m3fn": 448.0}
+
+
+def quant_step(qdtype: str, values) -> np.ndarray:
+    """The spacing of the quantized dtype at each value: 1 for int8; for float8 e4m3fn (3 mantissa
+    bits, exponent bias 7) 2^(e-3) in the binade [2^e, 2^(e+1)), 2^-9 among the subnormals."""
+    v = np.abs(np.asarray(values, dtype=np.float64))
+    if qdtype == "int8":
+        return np.ones_like(v)
+    if qdtype != "float8_e4m3fn":
+        raise ValueError(f"opforge_spec: unsupported quantized dtype {qdtype!r}; expected one of "
+                         f"{tuple(QUANTIZED_DTYPES)}")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exponent = np.where(v > 0, np.floor(np.log2(np.where(v > 0, v, 1.0))), -np.inf)
+    return np.exp2(np.maximum(exponent, -6.0) - 3.0)
+
+
+def quantized_errors(actual, expected64, qdtype: str) -> Errors:
+    """A quantized output against its reference: `mismatched` counts elements more than one
+    quantization step off (or NaN where the other is not), `off_by_one` those one step off. The
+    step is the spacing at the smaller of the two magnitudes (at a binade edge the finer one)."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected64, dtype=np.float64)
+    if a.shape != e.shape:
+        raise AssertionError(f"shape mismatch: got {a.shape}, expected {e.shape}")
+    if a.size == 0:
+        return Errors(0.0, 0.0, 0.0, (), 0)
+    with np.errstate(invalid="ignore"):
+        nan_bad = np.isnan(a) != np.isnan(e)
+        both = ~np.isnan(a) & ~np.isnan(e)
+        diff = np.where(both, np.abs(a - e), 0.0)
+        steps = diff / quant_step(qdtype, np.minimum(np.abs(a), np.abs(e)))
+    steps = np.where(nan_bad, np.inf, steps)
+    worst = np.unravel_index(int(np.argmax(steps)), a.shape)
+    return Errors(float(diff.max()), 0.0, float(steps.max()), tuple(int(i) for i in worst),
+                  int((steps > 1).sum()), int(((steps > 0) & (steps <= 1)).sum()))

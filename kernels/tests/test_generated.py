@@ -126,3 +126,86 @@ def test_descriptors_of_ops_without_attributes_or_with_several(monkeypatch, tmp_
                      ' for (int i = 0; i < d->nb_attrs; ++i) std::printf(" %s", d->attrs[i]->name);'
                      ' std::printf("\\n"); } }\n', f"-I{include}")
     assert got.splitlines() == ["Gated 1 Y 1 -:", "AddNorm 3 Y, H 2 epsilon: epsilon scale"]
+
+
+QUANT_DTYPES = {"int8": 3, "float8_e4m3fn": 17}
+QUANT_PROBE = spec.OpSpec(  # the widened model: int and enum attributes, outputs of their own dtype and
+    # shape, no gradient
+    name="QuantProbe", torch_name="quant_probe", inputs=("X", "W"), outputs=("Q", "Scale"),
+    attributes={"epsilon": spec.RMS_NORM.attributes["epsilon"],
+                "quant_dtype": spec.enum_attr("quant_dtype", QUANT_DTYPES, "int8", "Q's dtype"),
+                "group": spec.int_attr("group", 4, "an integer", non_negative=True)},
+    reference_impl=None, tolerances={}, case_builder=None, bad_case_builder=None, doc="QuantProbe",
+    layout="rows", output_dtypes={"Q": "quant_dtype", "Scale": "float32"}, output_shapes={"Scale": "row"},
+    has_gradient=False)
+
+
+def test_the_widened_model_in_python():
+    assert QUANT_PROBE.output_shape_of("Q", (2, 3, 8)) == (2, 3, 8)
+    assert QUANT_PROBE.output_shape_of("Scale", (2, 3, 8)) == (2, 3, 1)
+    assert QUANT_PROBE.output_dtype("Q", "bfloat16") == "int8"
+    assert QUANT_PROBE.output_dtype("Q", "bfloat16", {"quant_dtype": 17}) == "float8_e4m3fn"
+    assert QUANT_PROBE.output_dtype("Scale", "bfloat16") == "float32"
+    assert spec.ADD_RMS_NORM.output_dtype("H", "bfloat16") == "bfloat16"
+    assert spec.ADD_RMS_NORM.output_shape_of("H", (2, 8)) == (2, 8)
+    attrs = QUANT_PROBE.attributes
+    assert attrs["quant_dtype"].error("QuantProbe", 17) is None
+    assert attrs["quant_dtype"].error("QuantProbe", 5) == (
+        "opforge.QuantProbe: quant_dtype: expected one of 3 (int8), 17 (float8_e4m3fn), got 5")
+    assert attrs["group"].error("QuantProbe", 2.5) == (
+        "opforge.QuantProbe: group: expected an integer in [0, 16777216], got 2.5")
+    assert attrs["group"].error("QuantProbe", -1) is not None
+    assert attrs["group"].error("QuantProbe", 2**24) is None
+
+
+def test_schemas_of_ints_enums_and_an_op_without_gradient(monkeypatch):
+    monkeypatch.setattr(generate, "OPS", {"QuantProbe": QUANT_PROBE})
+    assert generate.torch_schemas() == [
+        "quant_probe(Tensor x, Tensor weight, float epsilon=1e-06, int quant_dtype=3, int group=4) -> (Tensor, Tensor)",
+        ("quant_probe.out(Tensor x, Tensor weight, float epsilon=1e-06, int quant_dtype=3, int group=4, *, "
+         "Tensor(a!) q_out, Tensor(b!) scale_out) -> ()")]  # no backward
+    wrappers = generate.torch_wrappers()
+    assert "def quant_probe(x, weight, epsilon: float = 1e-06, quant_dtype='int8', group: int = 4, *, out=None):" \
+        in wrappers
+    assert "_choice('quant_dtype', quant_dtype, {'int8': 3, 'float8_e4m3fn': 17}), group)" in wrappers
+    module = generate.python_module()
+    assert "OUTPUTS = {'QuantProbe': (('Q', 'quant_dtype', 'split'), ('Scale', 'float32', 'row'))}" in module
+    assert "NO_GRADIENT = ('QuantProbe',)" in module
+
+
+def test_the_python_module_of_ops_without_the_widened_fields_is_unchanged(monkeypatch):
+    monkeypatch.setattr(generate, "OPS", PROBES)
+    assert "OUTPUTS" not in generate.python_module() and "_choice" not in generate.torch_wrappers()
+
+
+def test_descriptors_of_ints_enums_output_dtypes_shapes(monkeypatch, tmp_path):
+    monkeypatch.setattr(generate, "OPS", {**PROBES, "QuantProbe": QUANT_PROBE})
+    include = tmp_path / "include"
+    header = include / "opforge" / "kernels" / "ops_generated.h"
+    header.parent.mkdir(parents=True)
+    header.write_text(generate.kernels_header())
+    for name in ("attrs.h", "shapes.h"):
+        (header.parent / name).write_text((spec.include_dir() / "opforge/kernels" / name).read_text())
+    got = _output_of(tmp_path, '#include "opforge/kernels/shapes.h"\n#include <cstdio>\n'
+                     "namespace k = opforge::kernels;\n"
+                     "int main() { const int64_t x[] = {2, 3, 8}; int64_t s[3];"
+                     " for (const k::OpDesc* d : k::kOps) {"
+                     ' std::printf("%s grad=%d", d->name, d->has_gradient);'
+                     " k::AttrValues a = k::default_attrs(*d);"
+                     " for (int i = 0; i < d->nb_outputs; ++i) { k::output_shape_at(*d, i, x, 3, s);"
+                     '  std::printf(" %s:%d:%d[%d,%d,%d]", d->output_descs[i].name,'
+                     "   int(k::output_elem_type(*d, i, a)), d->output_descs[i].dtype_attr, int(s[0]), int(s[1]), int(s[2])); }"
+                     ' std::printf("\\n"); }'
+                     " const k::AttrSpec& q = *k::kQuantProbeOp.attrs[1]; const k::AttrSpec& g = *k::kQuantProbeOp.attrs[2];"
+                     ' std::printf("%d %d %s|%s|%s|%s\\n", int(q.type), int(g.type), k::attr_error(q, 17).c_str(),'
+                     " k::attr_error(q, 5).c_str(), k::attr_error(g, 2.5).c_str(), k::attr_error(g, 16777216).c_str());"
+                     " k::AttrValues fp8 = k::default_attrs(k::kQuantProbeOp); fp8.v[1] = 17;"
+                     ' std::printf("%d\\n", int(k::output_elem_type(k::kQuantProbeOp, 0, fp8))); }\n',
+                     f"-I{include}")
+    assert got.splitlines() == [
+        "Gated grad=1 Y:0:-1[2,3,8]",
+        "AddNorm grad=1 Y:0:-1[2,3,8] H:0:-1[2,3,8]",
+        "QuantProbe grad=0 Q:3:1[2,3,8] Scale:1:-1[2,3,1]",
+        "2 1 |opforge.QuantProbe: quant_dtype: expected one of 3 (int8), 17 (float8_e4m3fn), got 5"
+        "|opforge.QuantProbe: group: expected an integer in [0, 16777216], got 2.5|",
+        "17"]

@@ -21,7 +21,17 @@ inline constexpr double kFloat32Overflow = 3.4028235677973366e38;
 
 inline bool finite_in_float32(double value) { return std::fabs(value) < kFloat32Overflow; }
 
-enum class AttrRange { kAnyFinite, kFiniteNonNegative };
+// Float attributes: finite (>= 0); integer ones (int and enum attributes): |value| <= kIntLimit,
+// exact in the float32 the kernels take them as; an enum's value is one of its choices.
+enum class AttrRange { kAnyFinite, kFiniteNonNegative, kInteger, kNonNegativeInteger, kOneOf };
+enum class AttrType { kFloat, kInt, kEnum };
+inline constexpr double kIntLimit = 16777216.0;  // 2^24 (opforge_spec INT_LIMIT)
+
+// One value of an enum attribute: its name in messages and docs, its value in every layer.
+struct AttrChoice {
+  const char* name;  // "int8"
+  int32_t value;     // 3
+};
 
 struct AttrSpec {
   const char* op;      // "Swish"
@@ -29,6 +39,27 @@ struct AttrSpec {
   double default_value;
   AttrRange range;
   const char* doc;
+  AttrType type = AttrType::kFloat;  // how the layers declare it: float, or int (int, enum)
+  int32_t nb_choices = 0;            // an enum's values
+  const AttrChoice* choices = nullptr;
+};
+
+// Element types by their ONNX TensorProto.DataType code (opforge_spec DTYPE_CODES); kLikeX: X's.
+// An enum attribute that picks an output's dtype takes these codes as its values.
+enum class ElemType : int32_t { kLikeX = 0, kFloat32 = 1, kInt8 = 3, kFloat16 = 10, kFloat64 = 11,
+                                kBFloat16 = 16, kFloat8E4M3FN = 17 };
+
+// An output's shape: kSplit the op's rule (X's shape, the last dim divided by split), kLikeX X's
+// shape, kRow X's shape with the last dim 1 (one value per row).
+enum class OutShape { kSplit, kLikeX, kRow };
+
+// One output of an op: its name, its element type (fixed, or kLikeX) or the index of the enum
+// attribute that picks it (dtype_attr >= 0: the attribute's value is an ElemType code), its shape.
+struct OutputDesc {
+  const char* name;
+  ElemType dtype;
+  int32_t dtype_attr;  // -1: `dtype` holds
+  OutShape shape;
 };
 
 // How a kernel sees X: every element alike, or rows of X's last axis (then W, when the op has a
@@ -52,14 +83,45 @@ struct OpDesc {
   // What an .out overload may write over (OpSpec.overwrites): bit output * nb_inputs + input set
   // when that output may be that input itself (may_overwrite in shapes.h).
   uint32_t overwrites = 0;
+  // Each output's dtype and shape rule (nb_outputs of them, descriptor order).
+  const OutputDesc* output_descs = nullptr;
+  // false: an inference op with no derivative (no backward kernels, no backward schema).
+  bool has_gradient = true;
 };
 
 inline const char* attr_expectation(AttrRange range) {
-  return range == AttrRange::kFiniteNonNegative ? "a finite float32 >= 0" : "a finite float32";
+  switch (range) {
+    case AttrRange::kFiniteNonNegative: return "a finite float32 >= 0";
+    case AttrRange::kInteger: return "an integer in [-16777216, 16777216]";
+    case AttrRange::kNonNegativeInteger: return "an integer in [0, 16777216]";
+    default: return "a finite float32";
+  }
 }
 
 inline bool attr_valid(AttrRange range, double value) {
-  return finite_in_float32(value) && (range == AttrRange::kAnyFinite || value >= 0.0);
+  const bool integral = std::fabs(value) <= kIntLimit && std::floor(value) == value;
+  switch (range) {
+    case AttrRange::kAnyFinite: return finite_in_float32(value);
+    case AttrRange::kFiniteNonNegative: return finite_in_float32(value) && value >= 0.0;
+    case AttrRange::kInteger: return integral;
+    case AttrRange::kNonNegativeInteger: return integral && value >= 0.0;
+    default: return false;  // kOneOf: attr_valid(AttrSpec, value)
+  }
+}
+
+inline bool attr_valid(const AttrSpec& attr, double value) {
+  if (attr.range != AttrRange::kOneOf) return attr_valid(attr.range, value);
+  for (int32_t i = 0; i < attr.nb_choices; ++i)
+    if (value == attr.choices[i].value) return true;
+  return false;
+}
+
+// "one of 3 (int8), 17 (float8_e4m3fn)" (opforge_spec one_of_text)
+inline std::string choices_text(const AttrSpec& attr) {
+  std::string text = "one of ";
+  for (int32_t i = 0; i < attr.nb_choices; ++i)
+    text += (i ? ", " : "") + std::to_string(attr.choices[i].value) + " (" + attr.choices[i].name + ")";
+  return text;
 }
 
 // Shortest form that round-trips a float32 ("%.9g"); opforge_spec.format_number matches it
@@ -78,8 +140,9 @@ inline std::string error_text(const std::string& op, const std::string& what,
 
 // Empty when `value` is valid for `attr`, else the canonical error text.
 inline std::string attr_error(const AttrSpec& attr, double value) {
-  if (attr_valid(attr.range, value)) return {};
-  return error_text(attr.op, attr.name, attr_expectation(attr.range), format_number(value));
+  if (attr_valid(attr, value)) return {};
+  const std::string expected = attr.range == AttrRange::kOneOf ? choices_text(attr) : attr_expectation(attr.range);
+  return error_text(attr.op, attr.name, expected, format_number(value));
 }
 
 // An op's attribute values as its kernels take them (float32), in the descriptor's order.
@@ -107,6 +170,12 @@ inline AttrValues default_attrs(const OpDesc& op) {
   AttrValues values;
   for (int32_t i = 0; i < op.nb_attrs; ++i) values.v[i] = static_cast<float>(op.attrs[i]->default_value);
   return values;
+}
+
+// The element type of output `i` for the call's attribute values (kLikeX: X's).
+inline ElemType output_elem_type(const OpDesc& op, int32_t i, const AttrValues& attrs) {
+  const OutputDesc& out = op.output_descs[i];
+  return out.dtype_attr >= 0 ? static_cast<ElemType>(static_cast<int32_t>(attrs[out.dtype_attr])) : out.dtype;
 }
 
 // Empty when every value is valid for its attribute, else the first canonical error text.

@@ -12,18 +12,23 @@ inline constexpr int32_t kDomainVersion = 1;
 
 inline constexpr AttrSpec kSwishBeta{"Swish", "beta", 1.0, AttrRange::kAnyFinite, "slope inside the sigmoid"};
 inline constexpr const AttrSpec* kSwishAttrs[] = {&kSwishBeta};
+inline constexpr OutputDesc kSwishOutputs[] = {{"Y", ElemType::kLikeX, -1, OutShape::kSplit}};
 inline constexpr AttrSpec kRMSNormEpsilon{"RMSNorm", "epsilon", 1e-06, AttrRange::kFiniteNonNegative, "added to the mean square"};
 inline constexpr const AttrSpec* kRMSNormAttrs[] = {&kRMSNormEpsilon};
+inline constexpr OutputDesc kRMSNormOutputs[] = {{"Y", ElemType::kLikeX, -1, OutShape::kSplit}};
 inline constexpr AttrSpec kSwiGLUBeta{"SwiGLU", "beta", 1.0, AttrRange::kAnyFinite, "slope inside the sigmoid"};
 inline constexpr const AttrSpec* kSwiGLUAttrs[] = {&kSwiGLUBeta};
+inline constexpr OutputDesc kSwiGLUOutputs[] = {{"Y", ElemType::kLikeX, -1, OutShape::kSplit}};
+inline constexpr OutputDesc kGeGLUOutputs[] = {{"Y", ElemType::kLikeX, -1, OutShape::kSplit}};
 inline constexpr AttrSpec kAddRMSNormEpsilon{"AddRMSNorm", "epsilon", 1e-06, AttrRange::kFiniteNonNegative, "added to the mean square"};
 inline constexpr const AttrSpec* kAddRMSNormAttrs[] = {&kAddRMSNormEpsilon};
+inline constexpr OutputDesc kAddRMSNormOutputs[] = {{"Y", ElemType::kLikeX, -1, OutShape::kSplit}, {"H", ElemType::kLikeX, -1, OutShape::kLikeX}};
 
-inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, "", 1, kSwishAttrs, 1, "Y", 0b1};
-inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, "", 1, kRMSNormAttrs, 1, "Y", 0b1};
-inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 1, kSwiGLUAttrs, 1, "Y", 0b0};
-inline constexpr OpDesc kGeGLUOp{"GeGLU", "geglu", 1, "X", nullptr, "Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * (1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 0, nullptr, 1, "Y", 0b0};
-inline constexpr OpDesc kAddRMSNormOp{"AddRMSNorm", "add_rms_norm", 3, "X, R, W", &kAddRMSNormEpsilon, "H = X + R; Y = H / sqrt(mean(H^2, last axis) + epsilon) * W; rows of zeros give 0; R has X's shape", Layout::kRows, 1, "", 1, kAddRMSNormAttrs, 2, "Y, H", 0b11011};
+inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, "", 1, kSwishAttrs, 1, "Y", 0b1, kSwishOutputs, true};
+inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, "", 1, kRMSNormAttrs, 1, "Y", 0b1, kRMSNormOutputs, true};
+inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 1, kSwiGLUAttrs, 1, "Y", 0b0, kSwiGLUOutputs, true};
+inline constexpr OpDesc kGeGLUOp{"GeGLU", "geglu", 1, "X", nullptr, "Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * (1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 0, nullptr, 1, "Y", 0b0, kGeGLUOutputs, true};
+inline constexpr OpDesc kAddRMSNormOp{"AddRMSNorm", "add_rms_norm", 3, "X, R, W", &kAddRMSNormEpsilon, "H = X + R; Y = H / sqrt(mean(H^2, last axis) + epsilon) * W; rows of zeros give 0; R has X's shape", Layout::kRows, 1, "", 1, kAddRMSNormAttrs, 2, "Y, H", 0b11011, kAddRMSNormOutputs, true};
 inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp, &kGeGLUOp, &kAddRMSNormOp};
 
 // Every op, for the layers' tables: X(Name) expands to one entry per op.

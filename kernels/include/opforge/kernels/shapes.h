@@ -89,4 +89,13 @@ inline void output_shape(const OpDesc& op, const int64_t* x_shape, int32_t rank,
   if (op.split > 1 && rank >= 1 && y_shape[rank - 1] > 0) y_shape[rank - 1] /= op.split;
 }
 
+// The shape of output `i` from X's (same rank) by its rule (OutputDesc::shape): the op's rule
+// (output_shape), X's shape, or X's shape with the last dim 1. Unknown extents stay unknown.
+inline void output_shape_at(const OpDesc& op, int32_t i, const int64_t* x_shape, int32_t rank, int64_t* shape) {
+  const OutShape rule = op.output_descs[i].shape;
+  if (rule == OutShape::kSplit) return output_shape(op, x_shape, rank, shape);
+  for (int32_t d = 0; d < rank; ++d) shape[d] = x_shape[d];
+  if (rule == OutShape::kRow && rank >= 1) shape[rank - 1] = 1;
+}
+
 }  // namespace opforge::kernels
