@@ -25,12 +25,12 @@ const OpDef& def_of(const OrtCustomOp* op) { return *reinterpret_cast<const OpDe
 // One element type per input, in the descriptor's order (OpDef::input_types).
 using InputTypes = std::array<ONNXTensorElementDataType, kMaxInputs>;
 
-constexpr bool inputs_fit() {
+constexpr bool tensors_fit() {
   for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps)
-    if (op->nb_inputs > kMaxInputs) return false;
+    if (op->nb_inputs > kMaxInputs || op->nb_outputs > kMaxOutputs) return false;
   return true;
 }
-static_assert(inputs_fit(), "an op has more inputs than OpDef::input_types holds: raise kMaxInputs");
+static_assert(tensors_fit(), "an op has more inputs or outputs than OpDef holds: raise kMaxInputs/kMaxOutputs");
 
 // ---- attributes and kernel creation ------------------------------------------------------
 
@@ -130,9 +130,72 @@ OrtStatus* float_attr(const Kernel& k, const OrtKernelInfo* info, const opforge:
   return error.empty() ? nullptr : k.fail(error);
 }
 
+// What a non-INT attribute `name` is ("a FLOAT attribute (2.5)", ...); empty when the node has
+// none of that name.
+std::string non_int_attribute(const OrtApi& api, const OrtKernelInfo* info, const char* name) {
+  float as_float = 0;
+  if (succeeded(api, api.KernelInfoGetAttribute_float(info, name, &as_float)))
+    return "a FLOAT attribute (" + opforge::kernels::format_number(as_float) + ")";
+  const std::string other = non_float_attribute(api, info, name);
+  return other.rfind("an INT attribute", 0) == 0 ? std::string() : other;
+}
+
+// The INT attribute `attr` (an int or enum attribute of the spec), its default when the node has
+// none; any other type is an error, and the value follows the shared rule (an integer in range,
+// an enum's value one of its choices).
+OrtStatus* int_attr(const Kernel& k, const OrtKernelInfo* info, const opforge::kernels::AttrSpec& attr,
+                    float* out) {
+  const OrtApi& api = *k.api;
+  int64_t value = 0;
+  double as_double = attr.default_value;
+  if (succeeded(api, api.KernelInfoGetAttribute_int64(info, attr.name, &value))) {
+    as_double = static_cast<double>(value);
+  } else {
+    const std::string got = non_int_attribute(api, info, attr.name);
+    if (!got.empty()) return k.fail(attr.name, "an INT attribute", got);
+  }
+  const std::string error = opforge::kernels::attr_error(attr, as_double);
+  if (!error.empty()) return k.fail(error);
+  *out = static_cast<float>(as_double);  // |value| <= 2^24: exact in float32 (attrs.h kIntLimit)
+  return nullptr;
+}
+
 OrtStatus* read_attributes(Kernel& k, const OrtKernelInfo* info) {
   const opforge::kernels::OpDesc& op = *k.def->desc;
-  for (int32_t i = 0; i < op.nb_attrs; ++i) OPFORGE_TRY(float_attr(k, info, *op.attrs[i], &k.attrs.v[i]));
+  for (int32_t i = 0; i < op.nb_attrs; ++i) {
+    const opforge::kernels::AttrSpec& attr = *op.attrs[i];
+    OPFORGE_TRY(attr.type == opforge::kernels::AttrType::kFloat ? float_attr(k, info, attr, &k.attrs.v[i])
+                                                                : int_attr(k, info, attr, &k.attrs.v[i]));
+  }
+  return nullptr;
+}
+
+// The name of an enum attribute's value ("int8"), or its number.
+std::string choice_name(const opforge::kernels::AttrSpec& attr, int32_t value) {
+  for (int32_t i = 0; i < attr.nb_choices; ++i)
+    if (attr.choices[i].value == value) return attr.choices[i].name;
+  return std::to_string(value);
+}
+
+// An output whose element type an attribute picks was registered with one type (output_types):
+// ORT's custom-op API (1.17 to 1.32) fixes each output's type when the op is registered and
+// infers a node's output types from its inputs alone (ShapeInferContext_SetOutputTypeShape sets
+// the shape only), so a node asking for another type is refused here, at session creation.
+OrtStatus* check_output_types_served(const Kernel& k) {
+  const opforge::kernels::OpDesc& op = *k.def->desc;
+  for (int32_t i = 0; i < op.nb_outputs && op.output_descs != nullptr; ++i) {
+    const int32_t a = op.output_descs[i].dtype_attr;
+    if (a < 0) continue;
+    const auto wanted = static_cast<int32_t>(k.attrs[a]);
+    const auto served = static_cast<int32_t>(k.def->output_types[i]);
+    if (wanted == served) continue;
+    const opforge::kernels::AttrSpec& attr = *op.attrs[a];
+    return k.fail(attr.name,
+                  std::to_string(served) + " (" + choice_name(attr, served) + ") in ONNX Runtime: its custom-op API "
+                  "fixes output " + nth_name(op.outputs, i) + "'s element type when the op is registered, so "
+                  "opforge_ort serves " + choice_name(attr, served) + " only",
+                  std::to_string(wanted) + " (" + choice_name(attr, wanted) + ")");
+  }
   return nullptr;
 }
 
@@ -156,6 +219,7 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi* api, 
     k->def = &def_of(op);
     k->node = node_name(*api, info);
     OPFORGE_TRY(read_attributes(*k, info));
+    OPFORGE_TRY(check_output_types_served(*k));
     OPFORGE_TRY(check_outputs_named(*k, info));
     *kernel = k.release();
     return nullptr;
@@ -231,13 +295,15 @@ OrtStatus* check_inputs(const Kernel& k, const std::vector<Tensor>& in) {
   return nullptr;
 }
 
-// Y from X's shape by the op's rule (shapes.h output_shape); a second output H has X's shape.
+// Every output from X's shape by its rule (shapes.h output_shape_at: the op's rule, X's shape, or
+// X's with the last dim 1).
 OrtStatus* alloc_outputs(const Kernel& k, OrtKernelContext* ctx, const Tensor& x, std::vector<void*>& outputs) {
   const opforge::kernels::OpDesc& op = *k.def->desc;
-  std::vector<int64_t> y_shape(x.shape.size());
-  opforge::kernels::output_shape(op, x.shape.data(), rank(x), y_shape.data());
-  for (size_t i = 0; i < outputs.size(); ++i)
-    OPFORGE_TRY(alloc_output(k, ctx, i, i == 0 ? y_shape : x.shape, &outputs[i]));
+  std::vector<int64_t> shape(x.shape.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    opforge::kernels::output_shape_at(op, static_cast<int32_t>(i), x.shape.data(), rank(x), shape.data());
+    OPFORGE_TRY(alloc_output(k, ctx, i, shape, &outputs[i]));
+  }
   return nullptr;
 }
 
@@ -280,8 +346,10 @@ ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp* op, size_t 
   return def_of(op).input_types[i];
 }
 size_t ORT_API_CALL output_count(const OrtCustomOp* op) { return def_of(op).desc->nb_outputs; }
-// UNDEFINED: ORT takes every output's type from the one input whose type is open (X).
-ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp* op, size_t) { return def_of(op).x_type(); }
+// UNDEFINED: ORT takes the output's type from the one input whose type is open (X).
+ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp* op, size_t i) {
+  return def_of(op).output_types[i];
+}
 OrtCustomOpInputOutputCharacteristic ORT_API_CALL required(const OrtCustomOp*, size_t) {
   return INPUT_OUTPUT_REQUIRED;
 }
@@ -295,6 +363,19 @@ OrtCustomOpInputOutputCharacteristic ORT_API_CALL output_characteristic(const Or
 OrtMemType ORT_API_CALL default_memory(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
 int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
 int ORT_API_CALL domain_version(const OrtCustomOp*) { return opforge::kernels::kDomainVersion; }
+
+// Output i's declared element type for a def whose X is declared `x_type` (UNDEFINED: open): X's,
+// a fixed type, or the default of the enum attribute that picks it (check_output_types_served).
+ONNXTensorElementDataType declared_output_type(const opforge::kernels::OpDesc& op, int32_t i,
+                                               ONNXTensorElementDataType x_type) {
+  if (op.output_descs == nullptr) return x_type;
+  const opforge::kernels::OutputDesc& out = op.output_descs[i];
+  const int32_t code = out.dtype_attr >= 0 ? static_cast<int32_t>(op.attrs[out.dtype_attr]->default_value)
+                                           : static_cast<int32_t>(out.dtype);
+  return code == static_cast<int32_t>(opforge::kernels::ElemType::kLikeX)
+             ? x_type
+             : static_cast<ONNXTensorElementDataType>(code);  // ElemType codes are ONNX's
+}
 
 OpDef make_def(const opforge::kernels::OpDesc& op, const char* provider, const InputTypes& types) {
   OpDef d{};  // zero: every callback newer than the stamped version stays null
@@ -326,6 +407,7 @@ OpDef make_def(const opforge::kernels::OpDesc& op, const char* provider, const I
   d.cpu = cpu_forward(op);
   d.provider = provider;
   for (int32_t i = 0; i < kMaxInputs; ++i) d.input_types[i] = types[i];
+  for (int32_t i = 0; i < op.nb_outputs; ++i) d.output_types[i] = declared_output_type(op, i, types[0]);
   return d;
 }
 

@@ -29,6 +29,7 @@ std::string type_name(ONNXTensorElementDataType type) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return "uint64";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return "bool";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING: return "string";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT8E4M3FN: return "float8_e4m3fn";
     default: return "ONNX element type " + std::to_string(static_cast<int>(type));
   }
 }

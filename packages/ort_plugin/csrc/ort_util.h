@@ -20,8 +20,10 @@ using CpuKernel = OrtStatus* (*)(const Kernel& k, OrtKernelContext* ctx, ONNXTen
                                  const void* const* inputs, void* const* outputs,
                                  const opforge::kernels::RowView& v);
 
-// The most tensor inputs an op of the descriptors has (X, R, W); ops.cc checks kOps against it.
+// The most tensor inputs an op of the descriptors has (X, R, W), and the most outputs (Q, S, H);
+// ops.cc checks kOps against them.
 constexpr int32_t kMaxInputs = 3;
+constexpr int32_t kMaxOutputs = 4;
 
 // Defined per op kind, execution provider and input types; ORT hands callbacks a pointer to `ort`.
 struct OpDef {
@@ -32,6 +34,10 @@ struct OpDef {
   // Declared per input, in the descriptor's order. UNDEFINED (X on the CPU EP): any, checked in
   // Compute with a clear message; the outputs take X's type.
   ONNXTensorElementDataType input_types[kMaxInputs];
+  // Declared per output (output_types in ops.cc): X's (UNDEFINED on the CPU EP), a fixed type
+  // (RMSNormQuant's float32 scale), or, for an output whose type an attribute picks, that
+  // attribute's default: ORT's custom-op API fixes every output's type when the op is registered.
+  ONNXTensorElementDataType output_types[kMaxOutputs];
 
   ONNXTensorElementDataType x_type() const { return input_types[0]; }
 };
