@@ -60,9 +60,15 @@ struct Found {
   int32_t format_index = -1;
 };
 
+bool is_float(const kernels::AttrSpec& attr) { return attr.type == kernels::AttrType::kFloat; }
+
+// The field type an attribute is written as: float32, or int32 for an int or enum attribute.
+const char* field_type_name(const kernels::AttrSpec& attr) { return is_float(attr) ? "float32" : "int32"; }
+
 std::string expected_serialized(const OpSpec& spec) {
   std::string text;
-  for (int32_t i = 0; i < spec.nb_attrs; ++i) text += std::string("one ") + spec.attrs[i]->name + " (float32[1]) and ";
+  for (int32_t i = 0; i < spec.nb_attrs; ++i)
+    text += std::string("one ") + spec.attrs[i]->name + " (" + field_type_name(*spec.attrs[i]) + "[1]) and ";
   return text + "one " + kFormatField + " (int32[1])";
 }
 
@@ -156,9 +162,29 @@ bool read_format_version(const OpSpec& spec, const PluginField& f) {
   return true;
 }
 
+// An int or enum attribute: int32 is what we write (and TensorRT's ONNX parser gives for an INT
+// attribute); int64 is accepted and checked as the integer it is.
+bool read_int_attribute(const OpSpec& spec, const kernels::AttrSpec& attr, const PluginField& f, double* value) {
+  if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kINT32) {
+    int32_t v;
+    std::memcpy(&v, f.data, sizeof v);
+    *value = v;
+    return true;
+  }
+  if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kINT64) {
+    int64_t v;
+    std::memcpy(&v, f.data, sizeof v);
+    *value = static_cast<double>(v);
+    return true;
+  }
+  report(spec.name, attr.name, "one int32 value", describe(f));
+  return false;
+}
+
 // float32 is what we write; float64 is accepted and checked as the double it is, so a value
 // beyond float32's range is reported as itself (1e+300), not as the inf it would round to.
 bool read_attribute(const OpSpec& spec, const kernels::AttrSpec& attr, const PluginField& f, double* value) {
+  if (!is_float(attr)) return read_int_attribute(spec, attr, f, value);
   if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kFLOAT32) {
     float v;
     std::memcpy(&v, f.data, sizeof v);
@@ -178,7 +204,7 @@ bool read_attr_field(const OpSpec& spec, const kernels::AttrSpec& attr, const Pl
                      float* out) {
   double value = attr.default_value;
   const bool found_ok = field != nullptr ? read_attribute(spec, attr, *field, &value)
-                                         : is_absence_allowed(spec, attr.name, "float32", serialized);
+                                         : is_absence_allowed(spec, attr.name, field_type_name(attr), serialized);
   if (!found_ok) return false;
   const std::string error = kernels::attr_error(attr, value);
   if (!error.empty()) {
@@ -207,8 +233,14 @@ Creator::Creator(const OpSpec& spec)
     : spec_(&spec),
       defaults_(kernels::default_attrs(spec)),
       field_names_{spec.nb_attrs, fields_.data()} {
-  for (int32_t i = 0; i < spec.nb_attrs; ++i)
-    fields_[i] = PluginField(spec.attrs[i]->name, &defaults_.v[i], PluginFieldType::kFLOAT32, 1);
+  for (int32_t i = 0; i < spec.nb_attrs; ++i) {
+    if (is_float(*spec.attrs[i])) {
+      fields_[i] = PluginField(spec.attrs[i]->name, &defaults_.v[i], PluginFieldType::kFLOAT32, 1);
+    } else {
+      int_defaults_[i] = static_cast<int32_t>(defaults_.v[i]);
+      fields_[i] = PluginField(spec.attrs[i]->name, &int_defaults_[i], PluginFieldType::kINT32, 1);
+    }
+  }
 }
 
 nvinfer1::IPluginV3* Creator::createPlugin(const char*, const PluginFieldCollection* fc,

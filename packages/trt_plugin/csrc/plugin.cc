@@ -46,6 +46,32 @@ std::string type_name(DataType type) {
 
 constexpr char kSupportedTypes[] = "float32, float16 or bfloat16 tensor";
 
+// An output's TensorRT type from its element type (attrs.h ElemType; kLikeX: X's). false: a type
+// TensorRT has no plugin tensor for (float64).
+bool to_data_type(kernels::ElemType elem, DataType x_type, DataType* out) {
+  switch (elem) {
+    case kernels::ElemType::kLikeX: *out = x_type; return true;
+    case kernels::ElemType::kFloat32: *out = DataType::kFLOAT; return true;
+    case kernels::ElemType::kFloat16: *out = DataType::kHALF; return true;
+    case kernels::ElemType::kBFloat16: *out = DataType::kBF16; return true;
+    case kernels::ElemType::kInt8: *out = DataType::kINT8; return true;
+    case kernels::ElemType::kFloat8E4M3FN: *out = DataType::kFP8; return true;
+    default: return false;
+  }
+}
+
+// Output i's element type for these attribute values: its fixed type, X's, or the one the enum
+// attribute named by its descriptor picks (RMSNormQuant's quant_dtype: int8 or fp8).
+kernels::ElemType output_elem(const kernels::OpDesc& op, int32_t i, const kernels::AttrValues& attrs) {
+  return op.output_descs == nullptr ? kernels::ElemType::kLikeX : kernels::output_elem_type(op, i, attrs);
+}
+
+// Output i's shape rule (attrs.h OutShape): the op's rule (split) for an op without descriptors.
+kernels::OutShape output_rule(const kernels::OpDesc& op, int32_t i) {
+  if (op.output_descs != nullptr) return op.output_descs[i].shape;
+  return i == 0 ? kernels::OutShape::kSplit : kernels::OutShape::kLikeX;
+}
+
 // The most tensor inputs of any op (X[, R][, W]): the size of the dims arrays below.
 constexpr int32_t most_inputs() {
   int32_t most = 0;
@@ -123,8 +149,17 @@ int32_t Plugin::getOutputDataTypes(DataType* outputTypes, int32_t nbOutputs, con
       return -1;
     }
   }
-  for (int32_t i = 0; i < nbOutputs; ++i) outputTypes[i] = inputTypes[0];  // Y[, H]: X's type
+  for (int32_t i = 0; i < nbOutputs; ++i) {
+    if (!output_type(i, inputTypes[0], &outputTypes[i])) return -1;
+  }
   return 0;
+}
+
+bool Plugin::output_type(int32_t i, DataType x_type, DataType* out) const noexcept {
+  if (to_data_type(output_elem(*spec_, i, attrs_), x_type, out)) return true;
+  report(spec_->name, nth_name(spec_->outputs, i), "an output type TensorRT has (float32, float16, bfloat16, int8, fp8)",
+         "ONNX element type " + std::to_string(static_cast<int32_t>(output_elem(*spec_, i, attrs_))));
+  return false;
 }
 
 int32_t Plugin::getOutputShapes(const nvinfer1::DimsExprs* inputs, int32_t nbInputs, const nvinfer1::DimsExprs*,
@@ -141,14 +176,24 @@ int32_t Plugin::getOutputShapes(const nvinfer1::DimsExprs* inputs, int32_t nbInp
     }
   }
   if (check_dims(known) != 0) return -1;
-  outputs[0] = inputs[0];  // Y: X's dims, the last one divided by the op's split (symbolically)
-  if (spec_->split > 1) {
-    const int32_t last = inputs[0].nbDims - 1;
-    outputs[0].d[last] = builder.operation(nvinfer1::DimensionOperation::kFLOOR_DIV, *inputs[0].d[last],
-                                           *builder.constant(spec_->split));
-  }
-  for (int32_t i = 1; i < nbOutputs; ++i) outputs[i] = inputs[0];  // H: X's dims
+  for (int32_t i = 0; i < nbOutputs; ++i) outputs[i] = output_dims(i, inputs[0], builder);
   return 0;
+}
+
+// Output i's dims from X's by its rule (shapes.h output_shape_at, symbolically): the op's rule (X's
+// dims, the last one divided by the op's split), X's dims, or X's with the last one 1.
+nvinfer1::DimsExprs Plugin::output_dims(int32_t i, const nvinfer1::DimsExprs& x,
+                                        nvinfer1::IExprBuilder& builder) const noexcept {
+  nvinfer1::DimsExprs out = x;
+  const int32_t last = x.nbDims - 1;
+  if (last < 0) return out;
+  const kernels::OutShape rule = output_rule(*spec_, i);
+  if (rule == kernels::OutShape::kRow) {
+    out.d[last] = builder.constant(1);
+  } else if (rule == kernels::OutShape::kSplit && spec_->split > 1) {
+    out.d[last] = builder.operation(nvinfer1::DimensionOperation::kFLOOR_DIV, *x.d[last], *builder.constant(spec_->split));
+  }
+  return out;
 }
 
 int32_t Plugin::check_dims(const Dims* inputs) const noexcept {
@@ -173,9 +218,16 @@ bool Plugin::supportsFormatCombination(int32_t pos, const nvinfer1::DynamicPlugi
   if (nbInputs != spec_->nb_inputs || nbOutputs != spec_->nb_outputs) return false;
   if (pos < 0 || pos >= nbInputs + nbOutputs) return false;
   const nvinfer1::PluginTensorDesc& desc = inOut[pos].desc;
+  if (desc.format != TensorFormat::kLINEAR) return false;
   cuda::Element element;
-  if (desc.format != TensorFormat::kLINEAR || !to_element(desc.type, &element)) return false;
-  return pos == 0 || desc.type == inOut[0].desc.type;  // every other input and output takes X's type
+  if (pos < nbInputs) {  // X of a kernel type; every other input takes X's type
+    return to_element(desc.type, &element) && (pos == 0 || desc.type == inOut[0].desc.type);
+  }
+  // an output: X's type, its fixed type, or the type its attribute picks (int8, fp8)
+  DataType wanted;
+  return to_element(inOut[0].desc.type, &element) &&
+         to_data_type(output_elem(*spec_, pos - nbInputs, attrs_), inOut[0].desc.type, &wanted) &&
+         desc.type == wanted;
 }
 
 int32_t Plugin::configurePlugin(const nvinfer1::DynamicPluginTensorDesc* in, int32_t nbInputs,
@@ -231,8 +283,14 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
 
 const nvinfer1::PluginFieldCollection* Plugin::getFieldsToSerialize() noexcept {
   const int32_t count = spec_->nb_attrs;
-  for (int32_t i = 0; i < count; ++i)
-    fields_[i] = PluginField(spec_->attrs[i]->name, &attrs_.v[i], PluginFieldType::kFLOAT32, 1);
+  for (int32_t i = 0; i < count; ++i) {
+    if (spec_->attrs[i]->type == kernels::AttrType::kFloat) {
+      fields_[i] = PluginField(spec_->attrs[i]->name, &attrs_.v[i], PluginFieldType::kFLOAT32, 1);
+    } else {  // an int or enum attribute: int32, as TensorRT's ONNX parser hands INT attributes over
+      int_values_[i] = static_cast<int32_t>(attrs_.v[i]);
+      fields_[i] = PluginField(spec_->attrs[i]->name, &int_values_[i], PluginFieldType::kINT32, 1);
+    }
+  }
   fields_[count] = PluginField(kFormatField, &format_version_, PluginFieldType::kINT32, 1);
   field_collection_.nbFields = count + 1;
   field_collection_.fields = fields_.data();

@@ -1,7 +1,8 @@
-// IPluginV3 plugins for the opforge ops: one class for every op (its float attributes, LINEAR
-// float/half/bf16 tensors, serialization as fields), driven by the op's generated descriptor: its
-// inputs X[, R][, W] and outputs Y[, H] (counts, input checks, output shapes: shapes.h) and its
-// CUDA launcher (cuda_launch.cu).
+// IPluginV3 plugins for the opforge ops: one class for every op (its float, int and enum attributes,
+// LINEAR float/half/bf16 inputs, outputs of X's type or of their own (int8, fp8, float32),
+// serialization as fields), driven by the op's generated descriptor: its inputs X[, R][, W] and
+// outputs (counts, input checks, each output's type and shape rule: attrs.h, shapes.h) and its CUDA
+// launcher (cuda_launch.cu).
 #pragma once
 
 #include <NvInferRuntime.h>
@@ -72,12 +73,16 @@ class Plugin final : public nvinfer1::IPluginV3,
   int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept;
   int32_t check_dims(const nvinfer1::PluginTensorDesc* inputs) const noexcept;
   int32_t check_counts(int32_t nbInputs, int32_t nbOutputs) const noexcept;
+  // Output i's type for X's type and this plugin's attributes; false: reported.
+  bool output_type(int32_t i, nvinfer1::DataType x_type, nvinfer1::DataType* out) const noexcept;
+  nvinfer1::DimsExprs output_dims(int32_t i, const nvinfer1::DimsExprs& x, nvinfer1::IExprBuilder& builder) const noexcept;
 
   const OpSpec* spec_;
   opforge::kernels::AttrValues attrs_;
   int32_t format_version_ = kFormatVersion;
   // Rebuilt by getFieldsToSerialize() from the values above: no pointer outlives a call.
   std::array<nvinfer1::PluginField, opforge::kernels::kMaxAttrs + 1> fields_{};
+  std::array<int32_t, opforge::kernels::kMaxAttrs> int_values_{};  // int and enum attributes' storage
   nvinfer1::PluginFieldCollection field_collection_{};
 };
 
@@ -99,6 +104,7 @@ class Creator final : public nvinfer1::IPluginCreatorV3One {
  private:
   const OpSpec* spec_;
   opforge::kernels::AttrValues defaults_;  // getFieldNames() points at them
+  std::array<int32_t, opforge::kernels::kMaxAttrs> int_defaults_{};  // an int or enum attribute's
   std::array<nvinfer1::PluginField, opforge::kernels::kMaxAttrs> fields_{};
   nvinfer1::PluginFieldCollection field_names_{};
 };
