@@ -11,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import opforge_spec
+
 from . import gpu
 from . import gpu_report as plan
 
-OPS = ("Swish", "RMSNorm", "SwiGLU")  # the ops ort_variants has graphs for
+OPS = tuple(opforge_spec.OPS)  # ort_variants has graphs for every op (its decomposed form at least)
 
 
 def unavailable(device: str) -> str:
@@ -78,31 +80,52 @@ def sessions(op: str, width: int, device: str) -> tuple:
     return made, missing
 
 
-def _shapes(op: str, tokens: int, width: int) -> tuple:
-    """(X's shape, Y's shape) by the spec's shape rule."""
-    import opforge_spec
-
-    spec = opforge_spec.OPS[op]
-    if spec.layout == "elementwise":
-        return (tokens * width,), (tokens * width,)
-    return (tokens, spec.split * width), (tokens, width)
+def _x_shape(spec: opforge_spec.OpSpec, tokens: int, width: int) -> tuple:
+    """X's shape by the spec's shape rule (a residual R has X's shape too)."""
+    return (tokens * width,) if spec.layout == "elementwise" else (tokens, spec.split * width)
 
 
-def _runner(sess, x: np.ndarray, out_shape: tuple, device: str):
+def _shapes(spec: opforge_spec.OpSpec, tokens: int, width: int) -> dict:
+    """Each tensor of the op by the spec's names: its inputs (a weight W [width], the others X's
+    shape) and its outputs (Y by the shape rule, a second output X's shape)."""
+    x = _x_shape(spec, tokens, width)
+    shapes = {name: (width,) if name == "W" else x for name in spec.inputs}
+    shapes.update({name: spec.output_shape(x) if i == 0 else x for i, name in enumerate(spec.outputs)})
+    return shapes
+
+
+def _feeds(spec: opforge_spec.OpSpec, shapes: dict) -> dict:
+    """The graph inputs (a weight W is an initializer of every model: ort_variants)."""
+    rng = np.random.default_rng(0)
+    return {name: rng.standard_normal(shapes[name], dtype=np.float32)
+            for name in spec.inputs if name != "W"}
+
+
+def _runner(sess, spec: opforge_spec.OpSpec, feeds: dict, shapes: dict, device: str):
+    """(run, the first output) through IOBinding: every input and output on `device`."""
     import onnxruntime as ort
 
     binding = sess.io_binding()
-    binding.bind_ortvalue_input("X", ort.OrtValue.ortvalue_from_numpy(x, device, 0))
-    y = ort.OrtValue.ortvalue_from_shape_and_type(out_shape, np.float32, device, 0)
-    binding.bind_ortvalue_output("Y", y)
-    return (lambda: sess.run_with_iobinding(binding)), y
+    for name, array in feeds.items():
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, device, 0))
+    outputs = [ort.OrtValue.ortvalue_from_shape_and_type(shapes[name], np.float32, device, 0)
+               for name in spec.outputs]
+    for name, value in zip(spec.outputs, outputs):
+        binding.bind_ortvalue_output(name, value)
+    return (lambda: sess.run_with_iobinding(binding)), outputs[0]
+
+
+def moved_bytes(spec: opforge_spec.OpSpec, shapes: dict) -> int:
+    """float32 bytes a fused kernel reads and writes: every input once, every output once."""
+    return 4 * sum(int(np.prod(shapes[name])) for name in (*spec.inputs, *spec.outputs))
 
 
 def measure_op(op: str, tokens: int, width: int, *, device: str, reasons: dict) -> list:
     """Rows of the ORT variants of one op (layer "ort"), each against a copy of the same bytes."""
-    in_shape, out_shape = _shapes(op, tokens, width)
-    x = np.random.default_rng(0).standard_normal(in_shape, dtype=np.float32)
-    moved = 4 * (x.size + int(np.prod(out_shape)) + (width if op == "RMSNorm" else 0))
+    spec = opforge_spec.OPS[op]
+    shapes = _shapes(spec, tokens, width)
+    feeds = _feeds(spec, shapes)
+    moved = moved_bytes(spec, shapes)
     timer = gpu.CudaTimer(torch.device("cuda")) if device == "cuda" else gpu.HostTimer()
     copy = gpu._time_copy(moved, device, timer, flush=False)
     base = {"layer": "ort", "op": op, "dtype": "float32", "mode": "forward", "tokens": tokens,
@@ -112,7 +135,7 @@ def measure_op(op: str, tokens: int, width: int, *, device: str, reasons: dict) 
     reasons.update({f"{op} {k}": v for k, v in missing.items()})
     rows, reference = [], None
     for label, sess in made.items():
-        fn, y = _runner(sess, x, out_shape, device)
+        fn, y = _runner(sess, spec, feeds, shapes, device)
         timing = gpu.measure(fn, gpu.HostTimer(), flush=False)
         sample = y.numpy().reshape(-1)[: 1 << 20]
         reference = sample if reference is None else reference

@@ -24,7 +24,10 @@ def available() -> str:
 
 
 def has_out_overloads() -> bool:
-    return not available() and hasattr(torch.ops.opforge.swish, "out")
+    """Whether this opforge_torch build registers .out overloads (every op or none: the schemas
+    are generated; the spec's first op is asked)."""
+    first = next(iter(opforge_spec.OPS.values()))
+    return not available() and hasattr(getattr(torch.ops.opforge, first.torch_name), "out")
 
 
 def input_shape(op: str, n: int) -> tuple:
@@ -129,16 +132,9 @@ def memcpy(inp: dict):
 
 
 def not_measured(op: str) -> dict:
-    """Variants that do not exist, with the reason (reported, never silently dropped)."""
-    reasons = {}
-    if op == "RMSNorm":
-        reasons["F.rms_norm out="] = "torch has no out= variant of rms_norm"
-    if op == "SwiGLU":
-        reasons["a torch SwiGLU"] = "torch has no fused SwiGLU op (F.silu(a) * b is the composed form)"
-    if op == "AddRMSNorm":
-        reasons["a torch add + RMSNorm"] = "torch has no fused residual add + RMSNorm op"
-        if not hasattr(F, "rms_norm"):
-            reasons["x + r, F.rms_norm"] = f"torch {torch.__version__} has no F.rms_norm"
+    """Variants that do not exist, with the reason (reported, never silently dropped): torch's
+    forms missing beside an op's COMPETITORS, and opforge_torch's where it does not import."""
+    reasons = dict(ABSENT[op]()) if op in ABSENT else {}
     if available():
         reasons["opforge_torch"] = available()
     elif not has_out_overloads():
@@ -153,6 +149,21 @@ def set_threads(n: int) -> None:
 # torch's own forms of an op beside its composed form (what opforge_torch competes with).
 COMPETITORS = {"Swish": swish_variants, "RMSNorm": rms_norm_variants, "SwiGLU": swiglu_variants,
                "AddRMSNorm": add_rms_norm_variants}
+
+
+def _no_f_rms_norm() -> dict:
+    return {} if hasattr(F, "rms_norm") else {
+        "x + r, F.rms_norm": f"torch {torch.__version__} has no F.rms_norm"}
+
+
+# The torch forms a reader of an op's COMPETITORS looks for that torch lacks: variant -> why.
+ABSENT = {
+    "RMSNorm": lambda: {"F.rms_norm out=": "torch has no out= variant of rms_norm"},
+    "SwiGLU": lambda: {"a torch SwiGLU": "torch has no fused SwiGLU op (F.silu(a) * b is the "
+                                         "composed form)"},
+    "AddRMSNorm": lambda: {"a torch add + RMSNorm": "torch has no fused residual add + RMSNorm op",
+                           **_no_f_rms_norm()},
+}
 
 
 def _tensors(spec: opforge_spec.OpSpec, inp: dict) -> tuple:

@@ -117,7 +117,19 @@ def test_the_ort_layer_runs_through_iobinding_on_the_cpu_ep():
     assert {("Swish", "ORT QuickGelu (com.microsoft)"), ("RMSNorm", "ORT SimplifiedLayerNormalization"),
             ("SwiGLU", "ORT composed (ORT_ENABLE_ALL)")} <= variants
     assert all(r["max_rel_diff"] < 1e-4 for r in data["rows"]), data["rows"]
+    # every op of the spec, each against its composed graph (it timed Swish, RMSNorm and SwiGLU)
+    assert {(op, "ORT composed (ORT_ENABLE_ALL)") for op in spec.OPS} <= variants
     import onnxruntime
 
     has_ep = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
     assert (gpu_ort.unavailable("cuda") == "") == has_ep
+
+
+def test_the_ort_layer_counts_every_input_and_output_of_the_spec():
+    """AddRMSNorm [4, 8]: X, R and W read, Y and H written (the count said `op == "RMSNorm"`)."""
+    op = spec.ADD_RMS_NORM
+    shapes = gpu_ort._shapes(op, 4, 8)
+    assert shapes == {"X": (4, 8), "R": (4, 8), "W": (8,), "Y": (4, 8), "H": (4, 8)}
+    assert gpu_ort.moved_bytes(op, shapes) == 4 * (4 * 8 * 4 + 8)
+    assert gpu_ort.moved_bytes(spec.SWIGLU, gpu_ort._shapes(spec.SWIGLU, 4, 8)) == \
+        4 * (4 * 16 + 4 * 8)

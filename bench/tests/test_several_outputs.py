@@ -62,6 +62,9 @@ def test_a_tiny_run_times_the_fused_op_against_add_then_rms_norm(tmp_path):
         data["not_measured"]
     disagree = {k: v for k, v in data["not_measured"].items() if "disagrees" in v}
     assert not disagree
+    # what torch lacks beside AddRMSNorm's competitors is reported (torch_variants.ABSENT)
+    assert data["not_measured"]["AddRMSNorm torch a torch add + RMSNorm"] == \
+        "torch has no fused residual add + RMSNorm op"
     assert data["ort_graphs"]["AddRMSNorm opforge_ort"] == ["opforge::AddRMSNorm"]
     assert data["ort_graphs"]["AddRMSNorm composed, no fusion (ORT_DISABLE_ALL)"][0] == "Add"
     judged = {t["id"]: t for t in data["targets"] if t["id"].startswith("addrmsnorm_")}
