@@ -179,8 +179,6 @@ def register_onnx_schemas():
     """Registers the opforge ONNX schemas in-process (onnxscript refuses ops without one)."""
     from onnx import defs, helper
 
-    if defs.has("Swish", DOMAIN_VERSION, DOMAIN):
-        return
     param = defs.OpSchema.FormalParameter
     tc = [("T", list(_FLOAT_TYPES), "floating-point tensors")]
 
@@ -195,8 +193,9 @@ def register_onnx_schemas():
             attributes=[attribute(name, attr) for name, attr in op.attributes.items()],
         )
 
-    for op in opforge_spec.OPS.values():
-        defs.register_schema(schema(op))
+    for op in opforge_spec.OPS.values():  # each op once per process, whichever came before
+        if not defs.has(op.name, DOMAIN_VERSION, DOMAIN):
+            defs.register_schema(schema(op))
 
 
 def custom_translation_table(*, decomposed: bool = False) -> dict:
