@@ -33,8 +33,9 @@ MAX_MANYLINUX = (2, 28)
 LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 # import name and a smoke test per distribution
 SMOKE = {
-    "opforge_torch": "import os, torch, opforge_torch; assert os.path.isfile(opforge_torch.library_path()); "
-                     "assert hasattr(torch.ops.opforge, 'swish')",
+    "opforge_torch": "import os, torch, opforge_spec, opforge_torch; "
+                     "assert os.path.isfile(opforge_torch.library_path()); "
+                     "assert all(hasattr(torch.ops.opforge, op.torch_name) for op in opforge_spec.OPS.values())",
     "opforge_ort": "import os, opforge_ort; assert os.path.isfile(opforge_ort.library_path())",
     "opforge_loader": "import os, opforge_loader; assert os.path.isfile(opforge_loader.library_path())",
     "opforge_trt": "import os, opforge_trt; assert os.path.isfile(opforge_trt.library_path())",

@@ -259,19 +259,42 @@ python3 -m venv "$RUNNER_TEMP/smoke"
 import numpy as np
 import onnxruntime as ort
 import torch
+from onnx import TensorProto, helper
 
 import opforge_ort
+import opforge_spec
 import opforge_torch
 
-x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
-torch.testing.assert_close(opforge_torch.swish(x, 1.0), x * torch.sigmoid(x))
-weight = torch.ones(8)
-want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-torch.testing.assert_close(opforge_torch.rms_norm(x, weight, 1e-6), want)
 options = ort.SessionOptions()
 options.register_custom_ops_library(opforge_ort.library_path())
-print("opforge smoke: both ops match in torch", torch.__version__, "; ORT", ort.__version__,
-      "loads", opforge_ort.library_path(), "; numpy", np.__version__)
+
+
+def ort_outputs(op, case, attrs):
+    node = helper.make_node(op.name, list(op.inputs), list(op.outputs), domain=opforge_spec.DOMAIN,
+                            **attrs)
+    graph = helper.make_graph(
+        [node], "smoke",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, x.shape) for n, x in zip(op.inputs, case.inputs)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in op.outputs])
+    model = helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid(opforge_spec.DOMAIN, opforge_spec.DOMAIN_VERSION)])
+    model.ir_version = 8
+    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    got = sess.run(None, dict(zip(op.inputs, case.inputs)))
+    return got if len(op.outputs) > 1 else got[0]
+
+
+# every op of the spec, on its first case, against the spec's float64 reference in both runtimes
+for op in opforge_spec.OPS.values():
+    case = op.cases("float32")[0]
+    attrs = {**op.defaults(), **case.attrs}
+    want = op.reference(*case.inputs, **attrs)
+    got = getattr(opforge_torch, op.torch_name)(*map(torch.from_numpy, case.inputs), *attrs.values())
+    got = tuple(t.numpy() for t in got) if isinstance(got, tuple) else got.numpy()
+    op.check_close(got, want, "float32", case.inputs, f"{case.name} (opforge_torch)")
+    op.check_close(ort_outputs(op, case, attrs), want, "float32", case.inputs, f"{case.name} (opforge_ort)")
+print("opforge smoke:", ", ".join(opforge_spec.OPS), "match the spec in torch", torch.__version__,
+      "and ORT", ort.__version__, "(", opforge_ort.library_path(), "); numpy", np.__version__)
 PY
 """
 
