@@ -42,6 +42,7 @@ std::string dtype_str(ScalarType t) {
     case ScalarType::Char: return "int8";
     case ScalarType::Byte: return "uint8";
     case ScalarType::Bool: return "bool";
+    case ScalarType::Float8_e4m3fn: return "float8_e4m3fn";
     default: return torch::headeronly::toString(t);
   }
 }
@@ -256,13 +257,37 @@ void check_op_backward(Backend backend, const OpDesc& op, const std::vector<Tens
   }
 }
 
-void check_outs(const OpDesc& op, const std::vector<Tensor>& outs, const Inputs& in) {
+// An output of its own dtype: "dtype int8 (dtype of Q)"; one of X's dtype: as check_same_dtype.
+void check_out_dtype(const OpDesc& op, const std::string& name, const Tensor& out, int32_t i,
+                     ScalarType expected, const Tensor& x) {
+  if (op.output_descs[i].dtype == opforge::kernels::ElemType::kLikeX && op.output_descs[i].dtype_attr < 0)
+    return check_same_dtype(op.name, name.c_str(), out, "X", x);
+  if (out.scalar_type() != expected)
+    fail(op.name, name, "dtype " + dtype_str(expected) + " (dtype of " + op.output_descs[i].name + ")",
+         dtype_str(out.scalar_type()));
+}
+
+ScalarType scalar_type_of(opforge::kernels::ElemType type, ScalarType like_x) {
+  using opforge::kernels::ElemType;
+  switch (type) {
+    case ElemType::kFloat32: return ScalarType::Float;
+    case ElemType::kInt8: return ScalarType::Char;
+    case ElemType::kFloat16: return ScalarType::Half;
+    case ElemType::kFloat64: return ScalarType::Double;
+    case ElemType::kBFloat16: return ScalarType::BFloat16;
+    case ElemType::kFloat8E4M3FN: return ScalarType::Float8_e4m3fn;
+    default: return like_x;
+  }
+}
+
+void check_outs(const OpDesc& op, const std::vector<Tensor>& outs, const Inputs& in, const Attrs& attrs) {
   const std::vector<std::string> outputs = names_of(op.outputs);
   const std::vector<std::vector<int64_t>> shapes = output_shapes(op, *in.x);
+  const std::vector<ScalarType> dtypes = output_dtypes(op, *in.x, attrs);
   for (size_t i = 0; i < outs.size(); ++i) {
     const std::string name = out_name(op, i);
     check_same_device(op.name, name.c_str(), outs[i], "X", *in.x);
-    check_same_dtype(op.name, name.c_str(), outs[i], "X", *in.x);
+    check_out_dtype(op, name, outs[i], int32_t(i), dtypes[i], *in.x);
     check_shape(op.name, name.c_str(), outs[i], shapes[i], outputs[i].c_str());
     const auto inputs = named_inputs(in);
     for (size_t j = 0; j < inputs.size(); ++j)
@@ -279,16 +304,29 @@ std::vector<int64_t> shape_of(const Tensor& t) {
 }
 
 std::vector<std::vector<int64_t>> output_shapes(const OpDesc& op, const Tensor& x) {
-  std::vector<int64_t> y = shape_of(x);
-  opforge::kernels::output_shape(op, y.data(), x.dim(), y.data());
-  std::vector<std::vector<int64_t>> shapes{y};
-  for (int32_t i = 1; i < op.nb_outputs; ++i) shapes.push_back(shape_of(x));
+  const std::vector<int64_t> x_shape = shape_of(x);
+  std::vector<std::vector<int64_t>> shapes;
+  for (int32_t i = 0; i < op.nb_outputs; ++i) {
+    std::vector<int64_t> shape(x_shape.size());
+    opforge::kernels::output_shape_at(op, i, x_shape.data(), x.dim(), shape.data());
+    shapes.push_back(shape);
+  }
   return shapes;
 }
 
-std::vector<Tensor> new_outputs(const OpDesc& op, const Tensor& x) {
+std::vector<ScalarType> output_dtypes(const OpDesc& op, const Tensor& x, const Attrs& attrs) {
+  const opforge::kernels::AttrValues values = kernel_attrs(op, attrs);
+  std::vector<ScalarType> dtypes;
+  for (int32_t i = 0; i < op.nb_outputs; ++i)
+    dtypes.push_back(scalar_type_of(opforge::kernels::output_elem_type(op, i, values), x.scalar_type()));
+  return dtypes;
+}
+
+std::vector<Tensor> new_outputs(const OpDesc& op, const Tensor& x, const Attrs& attrs) {
+  const std::vector<std::vector<int64_t>> shapes = output_shapes(op, x);
+  const std::vector<ScalarType> dtypes = output_dtypes(op, x, attrs);
   std::vector<Tensor> outs;
-  for (const std::vector<int64_t>& shape : output_shapes(op, x)) outs.push_back(torch::stable::new_empty(x, shape));
+  for (size_t i = 0; i < shapes.size(); ++i) outs.push_back(torch::stable::new_empty(x, shapes[i], dtypes[i]));
   return outs;
 }
 

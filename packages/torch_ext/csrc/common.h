@@ -69,16 +69,19 @@ void check_op_backward(Backend backend, const OpDesc& op, const std::vector<Tens
 // shape, no memory shared with an input unless the output is that input itself and the op's
 // descriptor lets it write over that input (may_overwrite: each row is read before it is written
 // over), and none shared between two outputs.
-void check_outs(const OpDesc& op, const std::vector<Tensor>& outs, const Inputs& in);
+// Each output's dtype is its own (OutputDesc: X's, fixed, or picked by an enum attribute).
+void check_outs(const OpDesc& op, const std::vector<Tensor>& outs, const Inputs& in, const Attrs& attrs);
 
 std::vector<int64_t> shape_of(const Tensor& t);
-// Each output's shape: Y's by the op's shape rule, a second output H has X's.
+// Each output's shape by its rule (OutputDesc: the op's rule, X's, or X's with the last dim 1).
 std::vector<std::vector<int64_t>> output_shapes(const OpDesc& op, const Tensor& x);
+// Each output's dtype for the call's attributes.
+std::vector<ScalarType> output_dtypes(const OpDesc& op, const Tensor& x, const Attrs& attrs);
 opforge::kernels::RowView row_view(const OpDesc& op, const Tensor& x);
 // Whether two tensors' elements share any byte.
 bool overlaps(const Tensor& a, const Tensor& b);
 
-std::vector<Tensor> new_outputs(const OpDesc& op, const Tensor& x);
+std::vector<Tensor> new_outputs(const OpDesc& op, const Tensor& x, const Attrs& attrs);
 
 // Runs `compute(ys)` on contiguous ys so that `outs` hold the results: ys[i] is outs[i] itself
 // when `direct(i)`, else a temporary of shapes[i] copied into outs[i] afterwards.
@@ -89,7 +92,7 @@ void write_into(const std::vector<Tensor>& outs, const Tensor& like,
   std::vector<bool> in_place;
   for (size_t i = 0; i < outs.size(); ++i) {
     in_place.push_back(direct(i));
-    ys.push_back(in_place[i] ? outs[i] : torch::stable::new_empty(like, shapes[i]));
+    ys.push_back(in_place[i] ? outs[i] : torch::stable::new_empty(like, shapes[i], outs[i].scalar_type()));
   }
   compute(ys);
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -116,6 +119,14 @@ struct EachOf {
 template <size_t I, class T>
 using Each = typename EachOf<I, T>::type;
 
+// The schemas' type of attribute I of Op: double for a float attribute, int64_t for an int or enum one.
+template <class Op, size_t I>
+struct AttrArgOf {
+  using type = std::conditional_t<Op::desc.attrs[I]->type == opforge::kernels::AttrType::kFloat, double, int64_t>;
+};
+template <class Op, size_t I>
+using AttrArg = typename AttrArgOf<Op, I>::type;
+
 template <class Impl, class Op, class In = std::make_index_sequence<Op::desc.nb_inputs>,
           class At = std::make_index_sequence<Op::desc.nb_attrs>,
           class Out = std::make_index_sequence<Op::desc.nb_outputs>>
@@ -125,36 +136,36 @@ template <class Impl, class Op, size_t... In, size_t... At, size_t... Out>
 struct Entry<Impl, Op, std::index_sequence<In...>, std::index_sequence<At...>, std::index_sequence<Out...>> {
   using Result = std::conditional_t<sizeof...(Out) == 1, Tensor, std::tuple<Each<Out, Tensor>...>>;
 
-  static Result forward(Each<In, const Tensor&>... inputs, Each<At, double>... attrs) {
+  static Result forward(Each<In, const Tensor&>... inputs, AttrArg<Op, At>... attrs) {
     const Tensor* tensors[] = {&inputs...};
-    std::vector<Tensor> outs = Impl::template forward<Op>(inputs_of(Op::desc, tensors), Attrs{attrs...});
+    std::vector<Tensor> outs = Impl::template forward<Op>(inputs_of(Op::desc, tensors), Attrs{static_cast<double>(attrs)...});
     if constexpr (sizeof...(Out) == 1) {
       return outs[0];
     } else {
       return Result{outs[Out]...};
     }
   }
-  static void forward_out(Each<In, const Tensor&>... inputs, Each<At, double>... attrs,
+  static void forward_out(Each<In, const Tensor&>... inputs, AttrArg<Op, At>... attrs,
                           Each<Out, Tensor>... outs) {
     const Tensor* tensors[] = {&inputs...};
-    Impl::template forward_out<Op>(inputs_of(Op::desc, tensors), Attrs{attrs...}, std::vector<Tensor>{outs...});
+    Impl::template forward_out<Op>(inputs_of(Op::desc, tensors), Attrs{static_cast<double>(attrs)...}, std::vector<Tensor>{outs...});
   }
-  static Tensor backward(const Tensor& dy, const Tensor& x, Each<At, double>... attrs) {
-    return Impl::template backward<Op>(dy, x, Attrs{attrs...});
+  static Tensor backward(const Tensor& dy, const Tensor& x, AttrArg<Op, At>... attrs) {
+    return Impl::template backward<Op>(dy, x, Attrs{static_cast<double>(attrs)...});
   }
 };
 
 using Library = torch::stable::detail::StableLibrary;
 
-// <op> and <op>.out of every op; <op>_backward of a single-input op (an op with a weight reduces
-// dW over rows: its backward is the backend's own).
+// <op> and <op>.out of every op; <op>_backward of a single-input op with a gradient (an op with a
+// weight reduces dW over rows: its backward is the backend's own; an op without a gradient has none).
 template <class Impl, class Op>
 void register_op(Library& m) {
   using E = Entry<Impl, Op>;
   const std::string name = Op::desc.torch_name;
   m.impl(name.c_str(), TORCH_BOX((&E::forward)));
   m.impl((name + ".out").c_str(), TORCH_BOX((&E::forward_out)));
-  if constexpr (Op::desc.nb_inputs == 1) m.impl((name + "_backward").c_str(), TORCH_BOX((&E::backward)));
+  if constexpr (Op::desc.nb_inputs == 1 && Op::desc.has_gradient) m.impl((name + "_backward").c_str(), TORCH_BOX((&E::backward)));
 }
 
 }  // namespace opforge_torch

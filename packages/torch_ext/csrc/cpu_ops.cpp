@@ -49,6 +49,9 @@ void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys
                             kernel_attrs(Op::desc, attrs), stream};
     if (src.r != nullptr) args.r = in<T>(*src.r);
     if (ys.size() > 1) args.h = out<T>(ys[1]);
+    void* outputs[3] = {};
+    for (size_t i = 0; i < ys.size() && i < 3; ++i) outputs[i] = ys[i].mutable_data_ptr();
+    args.outputs = outputs;
     torch::stable::parallel_for(0, v.rows, row_grain(v.cols), [&](int64_t b, int64_t e) {
       Op::forward(args, b, e);
     });
@@ -60,7 +63,7 @@ struct Cpu {
   static std::vector<Tensor> forward(const Inputs& given, const Attrs& attrs) {
     check_op(Backend::CPU, Op::desc, given, attrs);
     const ContiguousInputs inputs(given);
-    std::vector<Tensor> ys = new_outputs(Op::desc, *inputs.view().x);
+    std::vector<Tensor> ys = new_outputs(Op::desc, *inputs.view().x, attrs);
     forward_into<Op>(inputs.view(), attrs, ys);
     return ys;
   }
@@ -70,7 +73,7 @@ struct Cpu {
   template <class Op>
   static void forward_out(const Inputs& given, const Attrs& attrs, const std::vector<Tensor>& outs) {
     check_op(Backend::CPU, Op::desc, given, attrs);
-    check_outs(Op::desc, outs, given);
+    check_outs(Op::desc, outs, given, attrs);
     const ContiguousInputs inputs(given);
     const Tensor& x = *inputs.view().x;
     write_into(outs, x, output_shapes(Op::desc, x), [&](size_t i) { return outs[i].is_contiguous(); },

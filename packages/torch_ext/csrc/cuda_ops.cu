@@ -68,6 +68,9 @@ void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys
                              kernel_attrs(Op::desc, attrs)};
     if (src.r != nullptr) args.r = in<T>(*src.r);
     if (ys.size() > 1) args.h = out<T>(ys[1]);
+    void* outputs[3] = {};
+    for (size_t i = 0; i < ys.size() && i < 3; ++i) outputs[i] = ys[i].mutable_data_ptr();
+    args.outputs = outputs;
     check_launch(Op::desc.name, Op::forward(args, launch_stream(Op::desc.name, x)));
   });
 }
@@ -78,7 +81,7 @@ struct Cuda {
     check_op(Backend::CUDA, Op::desc, given, attrs);
     torch::stable::accelerator::DeviceGuard guard(given.x->get_device_index());
     const ContiguousInputs inputs(given);
-    std::vector<Tensor> ys = new_outputs(Op::desc, *inputs.view().x);
+    std::vector<Tensor> ys = new_outputs(Op::desc, *inputs.view().x, attrs);
     forward_into<Op>(inputs.view(), attrs, ys);
     return ys;
   }
@@ -86,7 +89,7 @@ struct Cuda {
   template <class Op>
   static void forward_out(const Inputs& given, const Attrs& attrs, const std::vector<Tensor>& outs) {
     check_op(Backend::CUDA, Op::desc, given, attrs);
-    check_outs(Op::desc, outs, given);
+    check_outs(Op::desc, outs, given, attrs);
     torch::stable::accelerator::DeviceGuard guard(given.x->get_device_index());
     const ContiguousInputs inputs(given);
     const Tensor& x = *inputs.view().x;

@@ -20,6 +20,9 @@ struct Forward {
   bool stream_y = false;  // Y is a large, reused buffer: non-temporal stores (Swish; cpu.h)
   const T* r = nullptr;   // the residual input, or nullptr
   T* h = nullptr;         // the second output, or nullptr
+  // Every output in descriptor order, each of its own dtype (OutputDesc; an op whose outputs are
+  // not all T reads them here), or nullptr.
+  void* const* outputs = nullptr;
 };
 
 template <class T>

@@ -19,6 +19,9 @@ struct Forward {
   AttrValues attrs;  // the op's attributes, in its descriptor's order
   const T* r = nullptr;  // the residual input, or nullptr
   T* h = nullptr;        // the second output, or nullptr
+  // Every output in descriptor order, each of its own dtype (OutputDesc; an op whose outputs are
+  // not all T reads them here), or nullptr.
+  void* const* outputs = nullptr;
 };
 
 template <class T>

@@ -42,11 +42,13 @@ std::string op_prefix(const OpforgeOpDef* d) { return std::string("opforge.") + 
 const char* dtype_name(int32_t dt) {
   switch (dt) {
     case OPFORGE_DTYPE_FLOAT32: return "float32";
+    case OPFORGE_DTYPE_INT8: return "int8";
     case OPFORGE_DTYPE_INT32: return "int32";
     case OPFORGE_DTYPE_INT64: return "int64";
     case OPFORGE_DTYPE_FLOAT16: return "float16";
     case OPFORGE_DTYPE_FLOAT64: return "float64";
     case OPFORGE_DTYPE_BFLOAT16: return "bfloat16";
+    case OPFORGE_DTYPE_FLOAT8E4M3FN: return "float8_e4m3fn";
     default: return "unknown dtype";
   }
 }

@@ -45,11 +45,13 @@ typedef enum OpforgeStatus {
 /* Element types use ONNX TensorProto codes, so engines can map them without a table. */
 typedef enum OpforgeDType {
   OPFORGE_DTYPE_FLOAT32 = 1,
+  OPFORGE_DTYPE_INT8 = 3,
   OPFORGE_DTYPE_INT32 = 6,
   OPFORGE_DTYPE_INT64 = 7,
   OPFORGE_DTYPE_FLOAT16 = 10,
   OPFORGE_DTYPE_FLOAT64 = 11,
-  OPFORGE_DTYPE_BFLOAT16 = 16
+  OPFORGE_DTYPE_BFLOAT16 = 16,
+  OPFORGE_DTYPE_FLOAT8E4M3FN = 17 /* float8 e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits */
 } OpforgeDType;
 
 /* A dense, contiguous, row-major tensor in host memory. */

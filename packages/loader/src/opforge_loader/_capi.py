@@ -15,7 +15,8 @@ STATUS_NAMES = {0: "OK", 1: "INVALID_ARGUMENT", 2: "UNSUPPORTED", 3: "OUT_OF_MEM
                 5: "NOT_FOUND", 6: "REFUSED", 7: "INIT_FAILED", 8: "REENTRANT"}
 STATE_NAMES = ("Loaded", "Registered", "Initializing", "Running", "Unregistering")
 ATTR_FLOAT, ATTR_INT, ATTR_STRING = 1, 2, 3
-DTYPE_NAMES = {1: "float32", 6: "int32", 7: "int64", 10: "float16", 11: "float64", 16: "bfloat16"}
+DTYPE_NAMES = {1: "float32", 3: "int8", 6: "int32", 7: "int64", 10: "float16", 11: "float64", 16: "bfloat16",
+               17: "float8_e4m3fn"}
 MAX_RANK = 8
 
 

@@ -19,12 +19,13 @@ from .isolation import Candidate
 
 _logger = logging.getLogger("opforge_loader")
 
-_NUMPY_DTYPES = {np.dtype(np.float32): 1, np.dtype(np.int32): 6, np.dtype(np.int64): 7,
+_NUMPY_DTYPES = {np.dtype(np.float32): 1, np.dtype(np.int8): 3, np.dtype(np.int32): 6, np.dtype(np.int64): 7,
                  np.dtype(np.float16): 10, np.dtype(np.float64): 11}
-try:  # numpy has no bfloat16; ml_dtypes (optional, `opforge-loader[bf16]`) provides one
+try:  # numpy has no bfloat16 or float8; ml_dtypes (optional, `opforge-loader[bf16]`) provides them
     import ml_dtypes
 
     _NUMPY_DTYPES[np.dtype(ml_dtypes.bfloat16)] = 16
+    _NUMPY_DTYPES[np.dtype(ml_dtypes.float8_e4m3fn)] = 17
 except ImportError:
     pass
 _CODE_TO_NUMPY = {v: k for k, v in _NUMPY_DTYPES.items()}
@@ -176,13 +177,21 @@ class Op:
             descs = (_capi.TensorDesc * self._def.num_outputs)()
             _raise_on(self._lib.opforge_op_output_shapes(self._ref, inst, tin, len(arrays), descs,
                                                          self._def.num_outputs, err, len(err)), err)
-            outs = [np.empty(tuple(d.shape[:d.rank]), dtype=_CODE_TO_NUMPY[d.dtype]) for d in descs]
+            outs = [np.empty(tuple(d.shape[:d.rank]), dtype=self._numpy_dtype(i, d.dtype)) for i, d in enumerate(descs)]
             tout = (_capi.Tensor * self._def.num_outputs)(*[_as_tensor(o, keep) for o in outs])
             _raise_on(self._lib.opforge_op_compute(self._ref, inst, tin, len(arrays), tout,
                                                    self._def.num_outputs, err, len(err)), err)
         finally:
             self._lib.opforge_op_destroy(self._ref, inst)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _numpy_dtype(self, index: int, code: int) -> np.dtype:
+        """The numpy dtype of output `index` (code: OpforgeDType); float8 and bfloat16 need ml_dtypes."""
+        if code in _CODE_TO_NUMPY:
+            return _CODE_TO_NUMPY[code]
+        name = _capi.DTYPE_NAMES.get(code, f"dtype code {code}")
+        raise OpforgeError(f"opforge-loader: {self.name} output {index}: its dtype {name} has no numpy "
+                           "dtype here: install ml_dtypes (pip install 'opforge-loader[bf16]')")
 
     def release(self) -> None:
         if self._ref is not None:

@@ -14,7 +14,8 @@ import opforge_spec
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
                 torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
-                torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool"}
+                torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
+                torch.float8_e4m3fn: "float8_e4m3fn"}
 # Per device type: the dtypes its kernels take and how the error names them. A meta tensor
 # stands for a tensor of any device, so it takes what either backend takes.
 _DTYPES = {
@@ -162,8 +163,15 @@ def backward(spec: opforge_spec.OpSpec, grads: tuple, tensors: tuple, attrs: tup
 
 
 def output_shapes(spec: opforge_spec.OpSpec, x: torch.Tensor) -> tuple:
-    """Each output's shape: Y's by the spec's rule, a second output H has X's."""
-    return (tuple(spec.output_shape(x.shape)), *(tuple(x.shape),) * (len(spec.outputs) - 1))
+    """Each output's shape by its rule (OpSpec.shape_rule: the op's, X's, or X's with the last dim 1)."""
+    return tuple(tuple(spec.output_shape_of(name, x.shape)) for name in spec.outputs)
+
+
+def output_dtypes(spec: opforge_spec.OpSpec, x: torch.Tensor, attrs: tuple) -> tuple:
+    """Each output's dtype for X's and the call's attributes (OpSpec.output_dtype)."""
+    values = dict(zip(spec.attributes, attrs))
+    return tuple(x.dtype if name not in spec.output_dtypes
+                 else getattr(torch, spec.output_dtype(name, "", values)) for name in spec.outputs)
 
 
 def out_names(spec: opforge_spec.OpSpec) -> tuple:
@@ -173,11 +181,18 @@ def out_names(spec: opforge_spec.OpSpec) -> tuple:
     return tuple(f"{name.lower()}_out" for name in spec.outputs)
 
 
-def outs(spec: opforge_spec.OpSpec, outs: tuple, x: torch.Tensor) -> None:
-    """The outputs of an .out overload: X's device and dtype, each output's shape."""
-    for name, out, shape, output in zip(out_names(spec), outs, output_shapes(spec, x), spec.outputs):
+def outs(spec: opforge_spec.OpSpec, outs: tuple, x: torch.Tensor, attrs: tuple = ()) -> None:
+    """The outputs of an .out overload: X's device, each output's dtype (X's unless the spec gives
+    the output its own: `attrs` pick it) and shape."""
+    attrs = (*attrs, *tuple(spec.defaults().values())[len(attrs):])
+    dtypes = output_dtypes(spec, x, attrs)
+    for name, out, shape, output, dtype in zip(out_names(spec), outs, output_shapes(spec, x), spec.outputs, dtypes):
         _same_device(spec.name, name, out, "X", x)
-        _same_dtype(spec.name, name, out, "X", x)
+        if output in spec.output_dtypes:
+            if out.dtype != dtype:
+                fail(spec.name, name, f"dtype {_dtype_name(dtype)} (dtype of {output})", _dtype_name(out.dtype))
+        else:
+            _same_dtype(spec.name, name, out, "X", x)
         _shape_is(spec.name, name, out, shape, output)
 
 

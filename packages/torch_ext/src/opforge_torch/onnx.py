@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import types
 from typing import Any, NoReturn
 
 import torch
@@ -101,14 +102,24 @@ class _TorchScriptEmitter:
         return self.scalar(torch.finfo(_ts_dtype(like)).tiny, like)
 
 
+def _attr_type(attr: opforge_spec.Attr) -> type:
+    """An attribute's Python (and ONNX attribute) type: float, or int for int and enum attributes."""
+    return float if attr.kind == "float" else int
+
+
 def _signature(spec: opforge_spec.OpSpec, leading: tuple = ()) -> inspect.Signature:
-    """The schema's parameters (tensor inputs, then each float attribute with its default)."""
+    """The schema's parameters (tensor inputs, then each attribute with its default and type)."""
     parameter = inspect.Parameter
     names = [*leading, *(_TORCH_ARGS[i] for i in spec.inputs)]
     tensors = [parameter(n, parameter.POSITIONAL_OR_KEYWORD) for n in names]
-    attrs = [parameter(a.name, parameter.POSITIONAL_OR_KEYWORD, default=a.default, annotation=float)
-             for a in spec.attributes.values()]
+    attrs = [parameter(a.name, parameter.POSITIONAL_OR_KEYWORD, default=_attr_type(a)(a.default),
+                       annotation=_attr_type(a)) for a in spec.attributes.values()]
     return inspect.Signature([*tensors, *attrs])
+
+
+def _node_attributes(spec: opforge_spec.OpSpec, attrs) -> dict:
+    """The node's attributes: each value as its attribute's type."""
+    return {name: _attr_type(a)(value) for (name, a), value in zip(spec.attributes.items(), attrs)}
 
 
 def _split_call(spec: opforge_spec.OpSpec, args) -> tuple:
@@ -136,18 +147,33 @@ def _ts_output_type(g, spec: opforge_spec.OpSpec, x):
     return g.op("Slice", x, _ts_ints(g, [0]), end, _ts_ints(g, [-1])).type()
 
 
-def _ts_output_types(g, spec: opforge_spec.OpSpec, x) -> list:
-    """Each output's type: Y's by the spec's shape rule, a second output H is typed as X."""
-    return [_ts_output_type(g, spec, x), *[x.type()] * (len(spec.outputs) - 1)]
+def _ts_row_type(g, x):
+    """X's type with the last dim 1 (X's dim symbols kept), from a ReduceMax over the last axis
+    typed by the exporter's shape inference; unused, so dropped before the model is written."""
+    if g.opset >= 18:  # ReduceMax's axes moved from attribute to input at opset 18
+        return g.op("ReduceMax", x, _ts_ints(g, [-1]), keepdims_i=1).type()
+    return g.op("ReduceMax", x, axes_i=[-1], keepdims_i=1).type()
+
+
+def _ts_output_types(g, spec: opforge_spec.OpSpec, x, attrs) -> list:
+    """Each output's type: its shape by its rule (the op's, X's, or X's with the last dim 1), its
+    dtype X's or its own (OpSpec.output_dtypes; an enum attribute's value picks it)."""
+    rules = {"split": lambda: _ts_output_type(g, spec, x), "x": x.type, "row": lambda: _ts_row_type(g, x)}
+    dtypes = _checks.output_dtypes(spec, types.SimpleNamespace(dtype=_ts_dtype(x)), attrs)
+    typed = []
+    for name, dtype in zip(spec.outputs, dtypes):
+        output_type = rules[spec.shape_rule(name)]()
+        typed.append(output_type.with_dtype(dtype) if name in spec.output_dtypes else output_type)
+    return typed
 
 
 def _ts_opforge_node(g, spec: opforge_spec.OpSpec, tensors, attrs):
     """The one opforge node of a call, every output typed (TorchScript's ONNX shape inference knows
     no opforge schema: untyped outputs would leave every shape downstream unknown)."""
-    outputs = g.op(f"{DOMAIN}::{spec.name}", *tensors, outputs=len(spec.outputs),
-                   **{f"{name}_f": value for name, value in zip(spec.attributes, attrs)})
+    named = {_ts_attribute_name(k, v): v for k, v in _node_attributes(spec, attrs).items()}
+    outputs = g.op(f"{DOMAIN}::{spec.name}", *tensors, outputs=len(spec.outputs), **named)
     values = outputs if isinstance(outputs, tuple) else (outputs,)
-    for value, output_type in zip(values, _ts_output_types(g, spec, tensors[0])):
+    for value, output_type in zip(values, _ts_output_types(g, spec, tensors[0], attrs)):
         value.setType(output_type)
     return outputs
 
@@ -162,7 +188,8 @@ def _ts_symbolic(spec: opforge_spec.OpSpec):
 
     # parse_args names each argument from the signature (g, then the schema's arguments)
     symbolic.__signature__ = _signature(spec, leading=("g",))  # type: ignore[attr-defined]  # read by inspect.signature
-    return symbolic_helper.parse_args(*("v" * len(spec.inputs)), *("f" * len(spec.attributes)))(symbolic)
+    kinds = ("f" if a.kind == "float" else "i" for a in spec.attributes.values())
+    return symbolic_helper.parse_args(*("v" * len(spec.inputs)), *kinds)(symbolic)
 
 
 def _register_torchscript_symbolics():
@@ -180,22 +207,42 @@ def register_onnx_schemas():
     from onnx import defs, helper
 
     param = defs.OpSchema.FormalParameter
-    tc = [("T", list(_FLOAT_TYPES), "floating-point tensors")]
 
     def attribute(name, attr):
-        return defs.OpSchema.Attribute(name, helper.make_attribute(name, attr.default), name)
+        default = _attr_type(attr)(attr.default)
+        return defs.OpSchema.Attribute(name, helper.make_attribute(name, default), name)
 
     def schema(op):
+        outputs, constraints = _schema_outputs(op)
         return defs.OpSchema(
             op.name, DOMAIN, DOMAIN_VERSION, doc=op.doc,
-            inputs=[param(n, "T") for n in op.inputs], outputs=[param(n, "T") for n in op.outputs],
-            type_constraints=tc,
+            inputs=[param(n, "T") for n in op.inputs], outputs=[param(n, t) for n, t in outputs],
+            type_constraints=[("T", list(_FLOAT_TYPES), "floating-point tensors"), *constraints],
             attributes=[attribute(name, attr) for name, attr in op.attributes.items()],
         )
 
     for op in opforge_spec.OPS.values():  # each op once per process, whichever came before
         if not defs.has(op.name, DOMAIN_VERSION, DOMAIN):
             defs.register_schema(schema(op))
+
+
+_ONNX_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)", "bfloat16": "tensor(bfloat16)",
+               "float64": "tensor(double)", "int8": "tensor(int8)", "float8_e4m3fn": "tensor(float8e4m3fn)"}
+
+
+def _schema_outputs(op: opforge_spec.OpSpec) -> tuple:
+    """Each output's (name, type constraint) and the constraints beyond X's T: an output of its own
+    dtype gets one of its own (fixed, or the choices of the enum attribute that picks it)."""
+    outputs, constraints = [], []
+    for name in op.outputs:
+        rule = op.output_dtypes.get(name)
+        if rule is None:
+            outputs.append((name, "T"))
+            continue
+        types = [_ONNX_TYPES[n] for n in op.attributes[rule].choices] if rule in op.attributes else [_ONNX_TYPES[rule]]
+        outputs.append((name, f"T{name}"))
+        constraints.append((f"T{name}", types, f"the type of {name}"))
+    return outputs, constraints
 
 
 def custom_translation_table(*, decomposed: bool = False) -> dict:
@@ -211,7 +258,7 @@ def _with_signature(function, spec: opforge_spec.OpSpec):
     """`function(*args, **kwargs)` with the op's parameters, which the dynamo exporter reads (tensor
     inputs unannotated, the attributes floats)."""
     function.__signature__ = _signature(spec)
-    function.__annotations__ = {name: float for name in spec.attributes}
+    function.__annotations__ = {name: _attr_type(a) for name, a in spec.attributes.items()}
     function.__name__ = spec.torch_name
     return function
 
@@ -223,7 +270,7 @@ def _opforge_node(opset, spec: opforge_spec.OpSpec):
         bound = inspect.signature(translate).bind(*args, **kwargs)
         bound.apply_defaults()
         tensors, attrs = _split_call(spec, tuple(bound.arguments.values()))
-        return node(*tensors, **{name: float(value) for name, value in zip(spec.attributes, attrs)})
+        return node(*tensors, **_node_attributes(spec, attrs))
 
     return _with_signature(translate, spec)
 
@@ -399,7 +446,7 @@ def _exported_out(spec: opforge_spec.OpSpec):
         count = len(spec.inputs)
         tensors, attrs = args[:count], _with_defaults(spec, args)[count:]
         _checks.op(spec, tensors, attrs)  # the fake .out kernel's checks: a copy never broadcasts nor casts
-        _checks.outs(spec, written, tensors[0])
+        _checks.outs(spec, written, tensors[0], attrs)
         for out, result in zip(written, _results(op.default(*args))):
             out.copy_(result)
         return None

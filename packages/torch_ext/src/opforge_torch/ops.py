@@ -55,13 +55,14 @@ def _register_fakes(spec: opforge_spec.OpSpec) -> None:
     def forward(*args):
         tensors, attrs = _inputs(spec, args)
         _checks.op(spec, tensors, attrs)
-        return _one_or_tuple(tuple(tensors[0].new_empty(shape)
-                                   for shape in _checks.output_shapes(spec, tensors[0])))
+        x = tensors[0]
+        return _one_or_tuple(tuple(x.new_empty(shape, dtype=dtype) for shape, dtype in
+                                   zip(_checks.output_shapes(spec, x), _checks.output_dtypes(spec, x, attrs))))
 
     def forward_out(*args, **outs):  # out=, or one per output (y_out=, h_out=)
         tensors, attrs = _inputs(spec, args)
         _checks.op(spec, tensors, attrs)
-        _checks.outs(spec, tuple(outs[n] for n in _checks.out_names(spec)), tensors[0])
+        _checks.outs(spec, tuple(outs[n] for n in _checks.out_names(spec)), tensors[0], attrs)
 
     def backward(*args):  # one gradient per output, then the op's arguments
         tensors, attrs = _inputs(spec, args[output_count:])
@@ -70,7 +71,8 @@ def _register_fakes(spec: opforge_spec.OpSpec) -> None:
 
     torch.library.register_fake(name, forward)
     torch.library.register_fake(f"{name}.out", forward_out)
-    torch.library.register_fake(f"{name}_backward", backward)
+    if spec.has_gradient:
+        torch.library.register_fake(f"{name}_backward", backward)
 
 
 # ---- first derivatives: the fused backward kernels ----------------------------------------
@@ -204,6 +206,39 @@ def _register_autograd(spec: opforge_spec.OpSpec, name: str, backward) -> None:
     _LIBRARY.impl(name, autograd_kernel, "Autograd", with_keyset=True)
 
 
+# ---- ops without a gradient (OpSpec.has_gradient False) ------------------------------------
+def _refuse_backward(spec: opforge_spec.OpSpec):
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f"opforge.{spec.name} has no gradient: it is an inference op (its spec declares "
+            f"has_gradient=False); call it under torch.no_grad() or torch.inference_mode(), or "
+            f"differentiate another form (opforge_spec.OPS[{spec.name!r}].composed)")
+
+    return backward
+
+
+def _register_no_gradient(spec: opforge_spec.OpSpec) -> None:
+    """The Autograd kernel of an op without a gradient: the call runs, and backward (reverse or
+    forward mode) through any of its outputs is refused naming the op."""
+    op = getattr(_ops, spec.torch_name).default
+    function = type(f"opforge_{spec.torch_name}_no_gradient", (torch.autograd.function._SingleLevelFunction,), {
+        "forward": staticmethod(op),
+        "setup_context": staticmethod(lambda ctx, inputs, output: None),
+        "backward": staticmethod(_refuse_backward(spec)),
+        "jvp": staticmethod(_refuse_backward(spec)),
+    })
+    tensor_count = len(spec.inputs)
+
+    def autograd_kernel(keyset, *args):
+        args = _with_defaults(spec, args, tensor_count)
+        if any(_tracked(t) for t in args):
+            with enable_single_level_autograd_function():
+                return function.apply(*args)
+        return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+
+    _LIBRARY.impl(spec.torch_name, autograd_kernel, "Autograd", with_keyset=True)
+
+
 def _register_out_autograd(spec: opforge_spec.OpSpec) -> None:
     """aten's out= rule: refused when autograd would record the call (the write into an output
     has no derivative). Each output's version counter is bumped (the ADInplaceOrView key's work,
@@ -224,6 +259,9 @@ def _register_out_autograd(spec: opforge_spec.OpSpec) -> None:
 
 for _spec in opforge_spec.OPS.values():
     _register_fakes(_spec)
-    _register_autograd(_spec, _spec.torch_name, _fused_gradient(_spec))
-    _register_autograd(_spec, f"{_spec.torch_name}_backward", _composed_second_derivative(_spec))
+    if _spec.has_gradient:
+        _register_autograd(_spec, _spec.torch_name, _fused_gradient(_spec))
+        _register_autograd(_spec, f"{_spec.torch_name}_backward", _composed_second_derivative(_spec))
+    else:
+        _register_no_gradient(_spec)
     _register_out_autograd(_spec)

@@ -17,13 +17,12 @@ namespace {
 namespace k = opforge::kernels;
 
 const int32_t kTypes[] = {OPFORGE_DTYPE_FLOAT32, OPFORGE_DTYPE_FLOAT64, OPFORGE_DTYPE_BFLOAT16};
-// The tensors by position, as the descriptors define them (shapes.h): inputs X[, R][, W], outputs
-// Y[, H]; an op takes the first nb_outputs outputs.
+// The input tensors by position, as the descriptors define them (shapes.h): X[, R][, W].
 const OpforgeIODesc kInputsX[] = {{"X", 3, kTypes}};
 const OpforgeIODesc kInputsXW[] = {{"X", 3, kTypes}, {"W", 3, kTypes}};
 const OpforgeIODesc kInputsXRW[] = {{"X", 3, kTypes}, {"R", 3, kTypes}, {"W", 3, kTypes}};
-const OpforgeIODesc kOutputs[] = {{"Y", 3, kTypes}, {"H", 3, kTypes}};
-constexpr size_t kMaxOutputs = sizeof kOutputs / sizeof kOutputs[0];
+constexpr size_t kMaxOutputs = 4;
+constexpr size_t kMaxChoices = 8;  // the most values of an enum attribute that picks an output's dtype
 
 constexpr const OpforgeIODesc* inputs_of(const k::OpDesc& op) {
   return k::has_residual(op) ? kInputsXRW : k::has_weight(op) ? kInputsXW : kInputsX;
@@ -33,6 +32,54 @@ struct Params {
   k::AttrValues attrs;  // the op's attributes (beta, epsilon, ...), in its descriptor's order
 };
 
+// The outputs as the descriptors define them (OutputDesc): each one's name and the dtypes it may
+// have: X's (any input dtype), its fixed dtype, or the choices of the enum attribute that picks it
+// (the SDK's dtypes are ONNX codes, as ElemType's are).
+struct OutputTable {
+  int32_t dtypes[kMaxOutputs][kMaxChoices] = {};
+  OpforgeIODesc descs[kMaxOutputs] = {};
+};
+
+constexpr bool choices_fit() {
+  for (const k::OpDesc* op : k::kOps)
+    for (int32_t a = 0; a < op->nb_attrs; ++a)
+      if (op->attrs[a]->nb_choices > static_cast<int32_t>(kMaxChoices)) return false;
+  return true;
+}
+static_assert(choices_fit(), "an enum attribute has more choices than OutputTable holds: raise kMaxChoices");
+
+uint32_t output_dtypes(const k::OpDesc& op, int32_t i, int32_t* out) {
+  const k::OutputDesc& o = op.output_descs[i];
+  if (o.dtype_attr >= 0) {
+    const k::AttrSpec& attr = *op.attrs[o.dtype_attr];
+    for (int32_t c = 0; c < attr.nb_choices; ++c) out[c] = attr.choices[c].value;
+    return static_cast<uint32_t>(attr.nb_choices);
+  }
+  if (o.dtype != k::ElemType::kLikeX) {
+    out[0] = static_cast<int32_t>(o.dtype);
+    return 1;
+  }
+  for (size_t c = 0; c < 3; ++c) out[c] = kTypes[c];
+  return 3;
+}
+
+template <class Op>
+const OpforgeIODesc* outputs_of() {
+  static const OutputTable table = [] {
+    OutputTable t;
+    for (int32_t i = 0; i < Op::desc.nb_outputs; ++i)
+      t.descs[i] = {Op::desc.output_descs[i].name, output_dtypes(Op::desc, i, t.dtypes[i]), t.dtypes[i]};
+    return t;
+  }();
+  return table.descs;
+}
+
+// Output i's dtype for X's dtype and the instance's attributes.
+int32_t output_dtype(const k::OpDesc& op, int32_t i, int32_t x_dtype, const k::AttrValues& attrs) {
+  const k::ElemType elem = k::output_elem_type(op, i, attrs);
+  return elem == k::ElemType::kLikeX ? x_dtype : static_cast<int32_t>(elem);
+}
+
 int32_t fail(char* err, size_t len, const std::string& msg) {
   std::snprintf(err, len, "%s", msg.c_str());
   return OPFORGE_ERR_INVALID_ARGUMENT;
@@ -41,7 +88,14 @@ int32_t fail(char* err, size_t len, const std::string& msg) {
 std::string shape_of(int32_t rank, const int64_t* shape) { return k::shape_text(shape, rank); }
 
 const char* dtype_name(int32_t dt) {
-  return dt == OPFORGE_DTYPE_FLOAT32 ? "float32" : dt == OPFORGE_DTYPE_FLOAT64 ? "float64" : dt == OPFORGE_DTYPE_BFLOAT16 ? "bfloat16" : "other";
+  switch (dt) {
+    case OPFORGE_DTYPE_FLOAT32: return "float32";
+    case OPFORGE_DTYPE_FLOAT64: return "float64";
+    case OPFORGE_DTYPE_BFLOAT16: return "bfloat16";
+    case OPFORGE_DTYPE_INT8: return "int8";
+    case OPFORGE_DTYPE_FLOAT8E4M3FN: return "float8_e4m3fn";
+    default: return "other";
+  }
 }
 
 void destroy(void* inst) { delete static_cast<Params*>(inst); }
@@ -53,7 +107,8 @@ void destroy(void* inst) { delete static_cast<Params*>(inst); }
 template <class Op>
 int32_t create(const OpforgeAttrValue* a, uint32_t, void** inst, char* err, size_t len) {
   double values[k::kMaxAttrs] = {};
-  for (int32_t i = 0; i < Op::desc.nb_attrs; ++i) values[i] = a[i].f;
+  for (int32_t i = 0; i < Op::desc.nb_attrs; ++i)
+    values[i] = Op::desc.attrs[i]->type == k::AttrType::kFloat ? a[i].f : static_cast<double>(a[i].i);
   const std::string error = k::attrs_error(Op::desc, values);
   if (!error.empty()) return fail(err, len, error);
   Params params;
@@ -83,25 +138,26 @@ std::string input_error(const k::OpDesc& op, const OpforgeTensor* in) {
   return error;
 }
 
-// Y by the op's shape rule, then a second output H of X's shape and dtype.
+// Every output by its rule (shapes.h output_shape_at) and its dtype (X's, fixed, or picked by an
+// attribute of this instance).
 template <class Op>
-int32_t shapes(void*, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char* err, size_t len) {
+int32_t shapes(void* inst, const OpforgeTensor* in, uint32_t, OpforgeTensorDesc* out, uint32_t, char* err, size_t len) {
   const std::string error = input_error(Op::desc, in);
   if (!error.empty()) return fail(err, len, error);
+  const k::AttrValues& attrs = static_cast<Params*>(inst)->attrs;
   for (int32_t o = 0; o < Op::desc.nb_outputs; ++o) {
-    out[o].dtype = in[0].dtype;
+    out[o].dtype = output_dtype(Op::desc, o, in[0].dtype, attrs);
     out[o].rank = in[0].rank;
-    for (int32_t i = 0; i < in[0].rank; ++i) out[o].shape[i] = in[0].shape[i];
+    k::output_shape_at(Op::desc, o, in[0].shape, in[0].rank, out[o].shape);
   }
-  k::output_shape(Op::desc, in[0].shape, in[0].rank, out[0].shape);
   return OPFORGE_OK;
 }
 
-bool output_matches(const char* op, const char* name, const OpforgeTensor& x, const OpforgeTensorDesc& want,
-                    const OpforgeTensor& got, char* err, size_t len) {
+bool output_matches(const char* op, const char* name, const OpforgeTensorDesc& want, const OpforgeTensor& got,
+                    char* err, size_t len) {
   const int64_t n = k::element_count(want.shape, want.rank);
-  if (got.dtype == x.dtype && k::element_count(got.shape, got.rank) == n && (n == 0 || got.data)) return true;
-  fail(err, len, std::string("opforge.") + op + ": " + name + ": expected " + dtype_name(x.dtype) +
+  if (got.dtype == want.dtype && k::element_count(got.shape, got.rank) == n && (n == 0 || got.data)) return true;
+  fail(err, len, std::string("opforge.") + op + ": " + name + ": expected " + dtype_name(want.dtype) +
                      " output of shape " + shape_of(want.rank, want.shape) + ", got " + dtype_name(got.dtype) +
                      " of shape " + shape_of(got.rank, got.shape));
   return false;
@@ -131,7 +187,7 @@ int32_t compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTenso
   const int32_t status = shapes<Op>(inst, in, n_in, want, n_out, err, len);
   if (status != OPFORGE_OK) return status;
   for (int32_t o = 0; o < Op::desc.nb_outputs; ++o)
-    if (!output_matches(Op::desc.name, kOutputs[o].name, in[0], want[o], out[o], err, len))
+    if (!output_matches(Op::desc.name, Op::desc.output_descs[o].name, want[o], out[o], err, len))
       return OPFORGE_ERR_INVALID_ARGUMENT;
   if (k::element_count(in[0].shape, in[0].rank) == 0) return OPFORGE_OK;
   const k::AttrValues& attrs = static_cast<Params*>(inst)->attrs;
@@ -143,25 +199,27 @@ int32_t compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTenso
   return OPFORGE_OK;
 }
 
-constexpr OpforgeAttrSchema float_schema(const k::AttrSpec& attr) {
-  return {attr.name, OPFORGE_ATTR_FLOAT, 0, attr.default_value, 0, nullptr, attr.doc};
+// A float attribute, or an int one (an int or enum attribute of the spec, its default an integer).
+constexpr OpforgeAttrSchema attr_schema(const k::AttrSpec& attr) {
+  if (attr.type == k::AttrType::kFloat) return {attr.name, OPFORGE_ATTR_FLOAT, 0, attr.default_value, 0, nullptr, attr.doc};
+  return {attr.name, OPFORGE_ATTR_INT, 0, 0.0, static_cast<int64_t>(attr.default_value), nullptr, attr.doc};
 }
 
 template <class Op, size_t... I>
 constexpr std::array<OpforgeAttrSchema, sizeof...(I)> attr_schemas(std::index_sequence<I...>) {
-  return {float_schema(*Op::desc.attrs[I])...};
+  return {attr_schema(*Op::desc.attrs[I])...};
 }
 
-// The op's float attributes, in its descriptor's order.
+// The op's attributes, in its descriptor's order.
 template <class Op>
 constexpr auto kAttrs = attr_schemas<Op>(std::make_index_sequence<Op::desc.nb_attrs>{});
 
 // Names, domain, version, inputs, outputs and docs from the generated descriptors (attrs.h).
 template <class Op>
-constexpr OpforgeOpDef op_def() {
-  static_assert(Op::desc.nb_outputs <= static_cast<int32_t>(kMaxOutputs), "kOutputs names every output");
+OpforgeOpDef op_def() {
+  static_assert(Op::desc.nb_outputs <= static_cast<int32_t>(kMaxOutputs), "OutputTable holds every output");
   return {k::kDomain, Op::desc.name, k::kDomainVersion, 0, Op::desc.doc, static_cast<uint32_t>(Op::desc.nb_inputs),
-          inputs_of(Op::desc), static_cast<uint32_t>(Op::desc.nb_outputs), kOutputs,
+          inputs_of(Op::desc), static_cast<uint32_t>(Op::desc.nb_outputs), outputs_of<Op>(),
           static_cast<uint32_t>(Op::desc.nb_attrs), kAttrs<Op>.data(), create<Op>, destroy, shapes<Op>, compute<Op>};
 }
 
