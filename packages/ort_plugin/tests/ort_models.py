@@ -12,7 +12,8 @@ import opforge_spec as spec
 
 IR_VERSION = 8  # ORT 1.17 rejects the IR versions newer onnx writes by default
 ELEM = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "bfloat16": TensorProto.BFLOAT16,
-        "float16": TensorProto.FLOAT16, "int32": TensorProto.INT32, "int64": TensorProto.INT64}
+        "float16": TensorProto.FLOAT16, "int32": TensorProto.INT32, "int64": TensorProto.INT64,
+        "int8": TensorProto.INT8, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN}
 ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
 MIN_ORT = (1, 17)  # the library's ORT API floor (cmake/inputs.cmake): it refuses older runtimes
 
@@ -31,9 +32,38 @@ def value_info(name: str, dtype: str, rank: int | None, prefix: str = "d"):
     return helper.make_tensor_value_info(name, ELEM[dtype], shape)
 
 
+def attribute_value(op: str, name: str, value):
+    """An attribute as the spec defines it: INT for an int or enum attribute given an integral
+    value, FLOAT otherwise (a non-integral value for an INT attribute stays FLOAT: refused)."""
+    attr = spec.OPS[op].attributes.get(name) if op in spec.OPS else None
+    if attr is not None and attr.kind != "float" and float(value).is_integer():
+        return int(value)
+    return float(value)
+
+
 def opforge_node(op: str, inputs, outputs, name: str, **attrs):
-    attrs = {k: float(v) for k, v in attrs.items()}  # ONNX FLOAT attributes, as the spec defines them
+    attrs = {k: attribute_value(op, k, v) for k, v in attrs.items()}
     return helper.make_node(op, list(inputs), list(outputs), domain="opforge", name=name, **attrs)
+
+
+def output_dtype(op: str, output: str, x_dtype: str, attrs: dict | None = None) -> str:
+    """An output's dtype name: X's, its fixed one, or the one its enum attribute picks."""
+    return spec.OPS[op].output_dtype(output, x_dtype, attrs)
+
+
+def output_infos(op: str, x_dtype: str, attrs: dict | None = None, names=None) -> list:
+    """The value_infos of an op node's outputs (dynamic rank), each of its own dtype."""
+    names = spec.OPS[op].outputs if names is None else names
+    return [value_info(name, output_dtype(op, output, x_dtype, attrs), None)
+            for name, output in zip(names, spec.OPS[op].outputs)]
+
+
+def served(op: str, attrs: dict) -> bool:
+    """Whether opforge_ort serves these attributes: an output whose dtype an attribute picks is
+    registered with the attribute's default (ORT's custom-op API fixes an output's type)."""
+    spec_op = spec.OPS[op]
+    return all(spec_op.output_dtype(o, "", attrs) == spec_op.output_dtype(o, "", {})
+               for o in spec_op.outputs if spec_op.quantized_output(o))
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset: int = 17, opforge_version: int | None = 1,
@@ -76,12 +106,12 @@ def single_op_model(op: str, dtype: str, rank: int, w_rank: int = 1, w_as_initia
         else:
             inputs.append(value_info(name, storage, input_rank(name, rank, w_rank), prefix=name.lower()))
         op_inputs.append(_cast(nodes, name, TensorProto.BFLOAT16) if dtype == "bfloat16" else name)
-    op_outputs = [f"{name}c" if dtype == "bfloat16" else name for name in spec_op.outputs]
+    cast_back = [name for name in spec_op.outputs if dtype == "bfloat16" and name not in spec_op.output_dtypes]
+    op_outputs = [f"{name}c" if name in cast_back else name for name in spec_op.outputs]
     nodes.append(opforge_node(op, op_inputs, op_outputs, name=f"{op.lower()}_node", **attrs))
-    if dtype == "bfloat16":
-        for name in spec_op.outputs:
-            nodes.append(helper.make_node("Cast", [f"{name}c"], [name], to=TensorProto.FLOAT))
-    return make_model(nodes, inputs, [value_info(name, storage, None) for name in spec_op.outputs], inits)
+    for name in cast_back:
+        nodes.append(helper.make_node("Cast", [f"{name}c"], [name], to=TensorProto.FLOAT))
+    return make_model(nodes, inputs, output_infos(op, storage, attrs), inits)
 
 
 def _cast(nodes: list, name: str, to: int) -> str:
@@ -95,9 +125,9 @@ def result(op: str, outputs: list):
 
 
 def output_shapes(op: str, x_shape) -> list:
-    """Y's shape by the op's rule, every further output (H) X's."""
+    """Every output's shape by its rule: the op's (Y), X's (H), X's with the last dim 1 (a per-row scale)."""
     spec_op = spec.OPS[op]
-    return [tuple(spec_op.output_shape(x_shape))] + [tuple(x_shape)] * (len(spec_op.outputs) - 1)
+    return [tuple(spec_op.output_shape_of(name, x_shape)) for name in spec_op.outputs]
 
 
 def random_inputs(op: str, rng: np.random.Generator, lead_shape: tuple, d: int, dtype=np.float32) -> dict:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ort_models import make_model, opforge_node, session, single_op_model, value_info
+from ort_models import (
+    make_model,
+    opforge_node,
+    output_dtype,
+    output_infos,
+    session,
+    single_op_model,
+    value_info,
+)
 
 import opforge_spec as spec
 
@@ -16,8 +24,8 @@ def _bad_model(op: spec.OpSpec, case: spec.BadCase) -> bytes:
     inputs = [value_info(name, NUMPY_TO_ONNX[np.asarray(a).dtype], np.ndim(a), prefix=name)
               for name, a in zip(op.inputs, case.inputs)]
     node = opforge_node(op.name, op.inputs, op.outputs, name="bad_node", **case.attrs)
-    x_type = NUMPY_TO_ONNX[np.asarray(case.inputs[0]).dtype]  # ORT infers every output's type from X
-    return make_model([node], inputs, [value_info(name, x_type, None) for name in op.outputs])
+    x_type = NUMPY_TO_ONNX[np.asarray(case.inputs[0]).dtype]  # ORT infers the outputs' types from X
+    return make_model([node], inputs, output_infos(op.name, x_type))  # and registration (defaults)
 
 
 def _run(model: bytes, op: spec.OpSpec, inputs) -> None:
@@ -124,7 +132,7 @@ def test_every_output_is_required(op, outputs):
     creation, naming the output, although ORT's schema must take it as optional."""
     node = opforge_node(op.name, op.inputs, outputs, name="short_node")
     model = make_model([node], [value_info(name, "float32", 2, prefix=name) for name in op.inputs],
-                       [value_info(outputs[0], "float32", None)])
+                       [value_info(outputs[0], output_dtype(op.name, outputs[0], "float32"), None)])
     with pytest.raises(Exception) as info:
         session(model)
     missing = op.outputs[1]

@@ -12,15 +12,18 @@ from ort_models import (
     make_model,
     opforge_node,
     opsets,
+    output_dtype,
     output_shapes,
     random_inputs,
     residual_stream_model,
     result,
+    served,
     session,
     single_op_model,
     value_info,
 )
 
+import opforge_ort
 import opforge_spec as spec
 
 CPU_DTYPES = ("float32", "float64", "bfloat16")
@@ -42,13 +45,26 @@ def _feed(array, dtype, non_contiguous=False):
 def test_matches_reference(op, dtype, case, w_source):
     inputs = dict(zip(op.inputs, case.inputs))
     baked = np.asarray(inputs["W"]) if w_source == "initializer" else None
-    sess = session(single_op_model(op.name, dtype, np.ndim(inputs["X"]), w_as_initializer=baked, **case.attrs))
+    model = single_op_model(op.name, dtype, np.ndim(inputs["X"]), w_as_initializer=baked, **case.attrs)
+    if not served(op.name, case.attrs):
+        return check_unserved_dtype_refused(op, model, case.attrs)
+    sess = session(model)
     feeds = {name: _feed(a, dtype, case.non_contiguous and name != "W") for name, a in inputs.items()
              if not (name == "W" and baked is not None)}
     outputs = sess.run(None, feeds)
     assert [o.shape for o in outputs] == output_shapes(op.name, np.shape(inputs["X"]))
     op.check_close(result(op.name, outputs), op.reference(*case.inputs, **case.attrs), dtype, (inputs["X"],),
-                   case.name)
+                   case.name, attrs=case.attrs)
+
+
+def check_unserved_dtype_refused(op, model: bytes, attrs: dict) -> None:
+    """An output dtype ORT's custom-op API cannot serve (an attribute picks another than the one
+    registered): ORT itself refuses the graph's declared type, and opforge_ort.check_model names
+    the attribute before any session."""
+    with pytest.raises(Exception, match=r"Type Error: Type .* of output arg .* does not match expected type"):
+        session(model)
+    with pytest.raises(opforge_ort.models.ModelError, match=rf"opforge\.{op.name}: .*custom-op API"):
+        opforge_ort.check_model(model)
 
 
 def test_swiglu_default_beta_is_the_specs():
@@ -202,10 +218,12 @@ def test_thread_pool_split_matches_single_thread(op):
 
 
 @pytest.mark.parametrize("op", list(spec.OPS))
-def test_output_types_and_shapes_follow_x(op):
+def test_output_types_and_shapes_follow_the_spec(op):
+    """Each output of X's dtype, or of its own (a fixed one, the one its attribute picks), and of
+    its shape rule."""
     feeds = random_inputs(op, np.random.default_rng(2), (2, 3), 4, np.float64)
     outputs = session(single_op_model(op, "float64", 3)).run(None, feeds)
-    assert [o.dtype for o in outputs] == [np.float64] * len(spec.OPS[op].outputs)
+    assert [o.dtype for o in outputs] == [np.dtype(output_dtype(op, name, "float64")) for name in spec.OPS[op].outputs]
     assert [o.shape for o in outputs] == output_shapes(op, feeds["X"].shape)
     spec.OPS[op].check_close(result(op, outputs), spec.OPS[op].reference(*feeds.values()), "float64")
 
