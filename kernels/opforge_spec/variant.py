@@ -13,7 +13,8 @@ Build inputs (environment), documented in the package README:
                          `cuda-dependencies` of its CUDA major (read from include/cuda.h)
 
 Settings ([[tool.dynamic-metadata]] in pyproject.toml): `version` (the base version),
-`cuda-extras` (CUDA major -> extra name -> requirements, added to a CUDA build of that major only)
+`dependencies` (every build's requirements: a package whose dependencies are dynamic cannot list
+them in [project]), `cuda-extras` (CUDA major -> extra name -> requirements, added to a CUDA build of that major only)
 and `cuda-dependencies` (CUDA major -> requirements: the CUDA runtime wheel the library's RUNPATH
 points into).
 """
@@ -44,7 +45,8 @@ def dynamic_metadata(settings: Mapping[str, Any], project: Mapping[str, Any]) ->
     extras = dict(settings.get("cuda-extras", {}).get(major, {})) if major else {}
     runtime = settings.get("cuda-dependencies", {}).get(major, []) if major else []
     return {"version": version, "optional-dependencies": extras,
-            "dependencies": [*project.get("dependencies", []), *runtime]}
+            "dependencies": [*settings.get("dependencies", []), *project.get("dependencies", []),
+                             *runtime]}
 
 
 def cuda_major(cuda_home: str) -> str:
@@ -59,4 +61,4 @@ def cuda_major(cuda_home: str) -> str:
 def dynamic_wheel(settings: Mapping[str, Any]) -> dict[str, bool]:
     """A wheel built from the sdist with OPFORGE_CUDA_HOME set gains the CUDA extras and runtime."""
     return {"optional-dependencies": bool(settings.get("cuda-extras")),
-            "dependencies": bool(settings.get("cuda-dependencies"))}
+            "dependencies": bool(settings.get("cuda-dependencies") or settings.get("dependencies"))}

@@ -34,7 +34,7 @@ def test_healthy_library_lists_its_creators():
     """One creator per op of the spec, each declaring the op's attributes (float32[1], its default)."""
     report = doctor.diagnose(with_tensorrt=False)
     assert report.codes() == []
-    creators = {(c["namespace"], c["name"], c["version"]): c["fields"] for c in report.creators}
+    creators = {(c["namespace"], c["name"], c["version"]): c["fields"] for c in report.facts["creators"]}
     assert set(creators) == {(opforge_trt.NAMESPACE, name, opforge_trt.PLUGIN_VERSION) for name in opforge_trt.OPS}
     for name, attributes in opforge_trt.ATTRIBUTES.items():
         fields = creators[(opforge_trt.NAMESPACE, name, opforge_trt.PLUGIN_VERSION)]

@@ -14,8 +14,9 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from opforge_spec.doctor import Report
 
 from . import ATTRIBUTES, DOMAIN, DOMAIN_VERSION, LIBRARY_NAME, OPS
 
@@ -23,30 +24,6 @@ ENTRY_SYMBOL = "RegisterCustomOps"
 DEFAULT_MIN_API = 17
 _CPU_TYPES = {"FLOAT": "float32", "DOUBLE": "float64", "BFLOAT16": "bfloat16"}
 _CUDA_TYPES = {"FLOAT": "float32", "FLOAT16": "float16"}
-
-
-@dataclass
-class Problem:
-    code: str
-    message: str
-    fix: str
-    evidence: str = ""
-
-
-@dataclass
-class Report:
-    checked: list = field(default_factory=list)  # (topic, text) that passed
-    problems: list = field(default_factory=list)
-
-    def ok(self, topic: str, text: str) -> None:
-        self.checked.append((topic, text))
-
-    def problem(self, code: str, message: str, fix: str, evidence: str = "") -> None:
-        if not any(p.code == code and p.message == message for p in self.problems):
-            self.problems.append(Problem(code, message, fix, evidence))
-
-    def codes(self) -> list:
-        return [p.code for p in self.problems]
 
 
 # ---- the library -----------------------------------------------------------------------------
@@ -319,14 +296,5 @@ def diagnose(model_path: str, library: str | None = None, provider: str = "CPUEx
 
 def main(model_path: str, library: str | None = None, provider: str = "CPUExecutionProvider") -> int:
     report = diagnose(model_path, library, provider)
-    print(f"opforge_ort doctor: {model_path}")
-    for topic, text in report.checked:
-        print(f"  ok       {topic:9s} {text}")
-    for p in report.problems:
-        print(f"  PROBLEM  [{p.code}] {p.message}")
-        if p.evidence:
-            print(f"           evidence: {p.evidence}")
-        print(f"           fix: {p.fix}")
-    print("result: " + ("loads and runs" if not report.problems else f"{len(report.problems)} problem(s): "
-                        + ", ".join(report.codes())))
-    return 1 if report.problems else 0
+    print("\n".join(report.lines(f"opforge_ort doctor: {model_path}", "loads and runs")))
+    return report.exit_code()

@@ -21,9 +21,10 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from opforge_spec.doctor import Report
 
 from . import LIBRARY_NAME, NAMESPACE, OPS, PLUGIN_VERSION
 
@@ -35,30 +36,6 @@ LOAD_HINT = ("load the library into TensorRT's plugin registry BEFORE parsing th
              "`--dynamicPlugins=<path>` (and `--setPluginsToSerialize=<path>` to ship it with a version-compatible engine)")
 _FIELD_TYPES = {0: "float16", 1: "float32", 2: "float64", 3: "int8", 4: "int16", 5: "int32", 6: "char", 7: "dims",
                 8: "unknown", 9: "bfloat16", 10: "int64"}
-
-
-@dataclass
-class Problem:
-    code: str
-    message: str
-    fix: str
-    evidence: str = ""
-
-
-@dataclass
-class Report:
-    checked: list = field(default_factory=list)  # (topic, text) that passed
-    problems: list = field(default_factory=list)
-    creators: list = field(default_factory=list)  # dicts: name, version, namespace, fields
-
-    def ok(self, topic: str, text: str) -> None:
-        self.checked.append((topic, text))
-
-    def problem(self, code: str, message: str, fix: str, evidence: str = "") -> None:
-        self.problems.append(Problem(code, message, fix, evidence))
-
-    def codes(self) -> list:
-        return [p.code for p in self.problems]
 
 
 # ---- reading the creators (runs in a child process) -------------------------------------------
@@ -208,7 +185,7 @@ def _check_symbols(report: Report, library: str, result: dict) -> bool:
 
 def _check_creators(report: Report, result: dict) -> None:
     creators = result.get("creators", [])
-    report.creators = creators
+    report.facts["creators"] = creators
     for c in creators:
         if "name" not in c:
             report.problem("creator-not-v3", f"a creator has interface {c['interface']!r}, not IPluginCreatorV3One",
@@ -288,16 +265,8 @@ def diagnose(library: str | None = None, *, with_tensorrt: bool = True) -> Repor
 
 def main(library: str | None = None) -> int:
     report = diagnose(library)
-    print(f"opforge_trt doctor: {library or 'installed library'}")
-    for topic, text in report.checked:
-        print(f"  ok       {topic:9s} {text}")
-    for p in report.problems:
-        print(f"  PROBLEM  [{p.code}] {p.message}")
-        if p.evidence:
-            print(f"           evidence: {p.evidence}")
-        print(f"           fix: {p.fix}")
-    print(f"  hint     'getPluginCreator could not find plugin' / 'Cannot deserialize plugin since corresponding "
-          f"IPluginCreator not found': {LOAD_HINT}")
-    print("result: " + ("loadable, creators registered" if not report.problems else
-                        f"{len(report.problems)} problem(s): " + ", ".join(report.codes())))
-    return 1 if report.problems else 0
+    hint = ("hint     'getPluginCreator could not find plugin' / 'Cannot deserialize plugin since "
+            f"corresponding IPluginCreator not found': {LOAD_HINT}")
+    print("\n".join(report.lines(f"opforge_trt doctor: {library or 'installed library'}",
+                                 "loadable, creators registered", (hint,))))
+    return report.exit_code()
