@@ -87,11 +87,18 @@ def _x_shape(spec: opforge_spec.OpSpec, tokens: int, width: int) -> tuple:
 
 def _shapes(spec: opforge_spec.OpSpec, tokens: int, width: int) -> dict:
     """Each tensor of the op by the spec's names: its inputs (a weight W [width], the others X's
-    shape) and its outputs (Y by the shape rule, a second output X's shape)."""
+    shape) and its outputs (each by its shape rule)."""
     x = _x_shape(spec, tokens, width)
     shapes = {name: (width,) if name == "W" else x for name in spec.inputs}
-    shapes.update({name: spec.output_shape(x) if i == 0 else x for i, name in enumerate(spec.outputs)})
+    shapes.update({name: spec.output_shape_of(name, x) for name in spec.outputs})
     return shapes
+
+
+def _dtypes(spec: opforge_spec.OpSpec) -> dict:
+    """Each tensor's dtype name for float32 X and the spec's default attributes: inputs float32,
+    each output by its dtype rule (X's, a fixed one, or the one its enum attribute picks)."""
+    return {**{name: "float32" for name in spec.inputs},
+            **{name: spec.output_dtype(name, "float32") for name in spec.outputs}}
 
 
 def _feeds(spec: opforge_spec.OpSpec, shapes: dict) -> dict:
@@ -102,22 +109,36 @@ def _feeds(spec: opforge_spec.OpSpec, shapes: dict) -> dict:
 
 
 def _runner(sess, spec: opforge_spec.OpSpec, feeds: dict, shapes: dict, device: str):
-    """(run, the first output) through IOBinding: every input and output on `device`."""
+    """(run, read the first output as numpy) through IOBinding: every input and output on
+    `device`."""
     import onnxruntime as ort
 
     binding = sess.io_binding()
     for name, array in feeds.items():
         binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, device, 0))
-    outputs = [ort.OrtValue.ortvalue_from_shape_and_type(shapes[name], np.float32, device, 0)
-               for name in spec.outputs]
-    for name, value in zip(spec.outputs, outputs):
-        binding.bind_ortvalue_output(name, value)
-    return (lambda: sess.run_with_iobinding(binding)), outputs[0]
+    dtypes, first = _dtypes(spec), None
+    for name in spec.outputs:
+        if dtypes[name] in _NUMPY:  # preallocated on the device
+            value = ort.OrtValue.ortvalue_from_shape_and_type(shapes[name], _NUMPY[dtypes[name]], device, 0)
+            binding.bind_ortvalue_output(name, value)
+            first = value if first is None else first
+        else:  # a type numpy lacks (float8): ORT allocates it on the device
+            binding.bind_output(name, device)
+    read = first.numpy if first is not None else (lambda: binding.copy_outputs_to_cpu()[0])
+    return (lambda: sess.run_with_iobinding(binding)), read
+
+
+# Output dtypes numpy holds (an OrtValue is preallocated for them); the bytes of each dtype.
+_NUMPY = {"float32": np.float32, "int8": np.int8}
+_ITEMSIZE = {"float32": 4, "int8": 1, "float8_e4m3fn": 1}
 
 
 def moved_bytes(spec: opforge_spec.OpSpec, shapes: dict) -> int:
-    """float32 bytes a fused kernel reads and writes: every input once, every output once."""
-    return 4 * sum(int(np.prod(shapes[name])) for name in (*spec.inputs, *spec.outputs))
+    """Bytes a fused kernel reads and writes for float32 X: every input once, every output once
+    in its own dtype."""
+    dtypes = _dtypes(spec)
+    return sum(_ITEMSIZE[dtypes[name]] * int(np.prod(shapes[name]))
+               for name in (*spec.inputs, *spec.outputs))
 
 
 def measure_op(op: str, tokens: int, width: int, *, device: str, reasons: dict) -> list:
@@ -135,9 +156,9 @@ def measure_op(op: str, tokens: int, width: int, *, device: str, reasons: dict) 
     reasons.update({f"{op} {k}": v for k, v in missing.items()})
     rows, reference = [], None
     for label, sess in made.items():
-        fn, y = _runner(sess, spec, feeds, shapes, device)
+        fn, read = _runner(sess, spec, feeds, shapes, device)
         timing = gpu.measure(fn, gpu.HostTimer(), flush=False)
-        sample = y.numpy().reshape(-1)[: 1 << 20]
+        sample = np.asarray(read(), dtype=np.float64).reshape(-1)[: 1 << 20]
         reference = sample if reference is None else reference
         scale = max(float(np.abs(reference).max()), 1e-30)
         rows.append({**gpu._row(base, label, timing),

@@ -272,10 +272,11 @@ options.register_custom_ops_library(opforge_ort.library_path())
 def ort_outputs(op, case, attrs):
     node = helper.make_node(op.name, list(op.inputs), list(op.outputs), domain=opforge_spec.DOMAIN,
                             **attrs)
+    out_types = [opforge_spec.DTYPE_CODES[op.output_dtype(n, "float32", attrs)] for n in op.outputs]
     graph = helper.make_graph(
         [node], "smoke",
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, x.shape) for n, x in zip(op.inputs, case.inputs)],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in op.outputs])
+        [helper.make_tensor_value_info(n, code, None) for n, code in zip(op.outputs, out_types)])
     model = helper.make_model(graph, opset_imports=[
         helper.make_opsetid("", 17), helper.make_opsetid(opforge_spec.DOMAIN, opforge_spec.DOMAIN_VERSION)])
     model.ir_version = 8
@@ -287,12 +288,13 @@ def ort_outputs(op, case, attrs):
 # every op of the spec, on its first case, against the spec's float64 reference in both runtimes
 for op in opforge_spec.OPS.values():
     case = op.cases("float32")[0]
-    attrs = {**op.defaults(), **case.attrs}
+    attrs = {name: float(value) if op.attributes[name].kind == "float" else int(value)
+             for name, value in {**op.defaults(), **case.attrs}.items()}
     want = op.reference(*case.inputs, **attrs)
     got = getattr(opforge_torch, op.torch_name)(*map(torch.from_numpy, case.inputs), *attrs.values())
-    got = tuple(t.numpy() for t in got) if isinstance(got, tuple) else got.numpy()
-    op.check_close(got, want, "float32", case.inputs, f"{case.name} (opforge_torch)")
-    op.check_close(ort_outputs(op, case, attrs), want, "float32", case.inputs, f"{case.name} (opforge_ort)")
+    op.check_close(got, want, "float32", case.inputs, f"{case.name} (opforge_torch)", attrs)
+    op.check_close(ort_outputs(op, case, attrs), want, "float32", case.inputs, f"{case.name} (opforge_ort)",
+                   attrs)
 print("opforge smoke:", ", ".join(opforge_spec.OPS), "match the spec in torch", torch.__version__,
       "and ORT", ort.__version__, "(", opforge_ort.library_path(), "); numpy", np.__version__)
 PY
