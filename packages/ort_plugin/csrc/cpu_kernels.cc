@@ -14,7 +14,8 @@ using bfloat16 = opforge::kernels::bfloat16;
 // mid-sized activations over the cores.
 constexpr int64_t kGrain = int64_t{1} << 15;
 
-// The op's tensors by its descriptor (cpu_ops.h): X, R, W in; Y, H out; absent ones nullptr.
+// The op's tensors by its descriptor (cpu_ops.h): X, R, W in; Y, H out (and every output in
+// `outputs`, each of its own dtype); absent ones nullptr.
 template <class Op, class T>
 kc::Forward<T> forward_args(const Kernel& k, const void* const* inputs, void* const* outputs, int64_t cols) {
   constexpr const opforge::kernels::OpDesc& op = Op::desc;
@@ -23,6 +24,7 @@ kc::Forward<T> forward_args(const Kernel& k, const void* const* inputs, void* co
                       static_cast<T*>(outputs[0]), cols, k.attrs};
   if (opforge::kernels::has_residual(op)) args.r = input(1);
   if (op.nb_outputs > 1) args.h = static_cast<T*>(outputs[1]);
+  args.outputs = outputs;  // every output, each of its own dtype (RMSNormQuant's Q and scale)
   return args;
 }
 
@@ -30,7 +32,7 @@ template <class Op, class T>
 OrtStatus* forward_typed(const Kernel& k, OrtKernelContext* ctx, const void* const* inputs, void* const* outputs,
                          const opforge::kernels::RowView& v) {
   const kc::Forward<T> args = forward_args<Op, T>(k, inputs, outputs, v.cols);
-  const int64_t rows_per_grain = v.cols >= kGrain ? 1 : kGrain / v.cols;
+  const int64_t rows_per_grain = v.cols >= kGrain ? 1 : kGrain / (v.cols > 0 ? v.cols : 1);  // rows of no columns too
   return parallel_for(*k.api, ctx, v.rows, rows_per_grain,
                       [=](int64_t row_begin, int64_t row_end) { Op::forward(args, row_begin, row_end); });
 }

@@ -137,7 +137,8 @@ std::string non_int_attribute(const OrtApi& api, const OrtKernelInfo* info, cons
   if (succeeded(api, api.KernelInfoGetAttribute_float(info, name, &as_float)))
     return "a FLOAT attribute (" + opforge::kernels::format_number(as_float) + ")";
   const std::string other = non_float_attribute(api, info, name);
-  return other.rfind("an INT attribute", 0) == 0 ? std::string() : other;
+  if (other.rfind("an INT attribute", 0) == 0) return {};
+  return other == "an attribute of another type (not FLOAT)" ? "an attribute of another type (not INT)" : other;
 }
 
 // The INT attribute `attr` (an int or enum attribute of the spec), its default when the node has
@@ -288,7 +289,7 @@ OrtStatus* check_inputs(const Kernel& k, const std::vector<Tensor>& in) {
   for (int32_t i = 1; i < op.nb_inputs; ++i) {
     const Tensor& t = in[i];
     if (t.type != x.type)
-      return k.fail(nth_name(op.inputs, i), type_name(x.type) + " tensor (same type as X)",
+      return k.fail(nth_name(op.inputs, i), type_name(x.type) + " tensor (same dtype as X)",
                     type_name(t.type) + " tensor");
     OPFORGE_TRY(fail_unless_empty(k, shape_error(op, i, x, t)));
   }
@@ -307,6 +308,21 @@ OrtStatus* alloc_outputs(const Kernel& k, OrtKernelContext* ctx, const Tensor& x
   return nullptr;
 }
 
+// X as rows (shapes.h row_view), a row op's X without columns included: its rows still exist and
+// a per-row output (RMSNormQuant's scale, [..., 1]) has a value for each.
+opforge::kernels::RowView rows_of(const opforge::kernels::OpDesc& op, const Tensor& x) {
+  opforge::kernels::RowView v = opforge::kernels::row_view(op, x.shape.data(), rank(x));
+  if (op.layout == opforge::kernels::Layout::kRows && rank(x) >= 1 && v.cols == 0)
+    v.rows = opforge::kernels::element_count(x.shape.data(), rank(x) - 1);
+  return v;
+}
+
+bool all_empty(const std::vector<void*>& outputs) {
+  for (const void* data : outputs)
+    if (data != nullptr) return false;
+  return true;
+}
+
 // Every op: inputs checked by the op's descriptor, its outputs allocated, then its CPU or CUDA
 // kernel with the inputs and outputs in descriptor order.
 OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
@@ -317,10 +333,10 @@ OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
   const Tensor& x = in[0];
   std::vector<void*> outputs(op.nb_outputs, nullptr);
   OPFORGE_TRY(alloc_outputs(k, ctx, x, outputs));
-  if (x.size == 0) return nullptr;
+  const opforge::kernels::RowView v = rows_of(op, x);
+  if (all_empty(outputs) || v.rows == 0) return nullptr;  // nothing to write
   std::vector<const void*> inputs;
   for (const Tensor& t : in) inputs.push_back(t.data);
-  const opforge::kernels::RowView v = opforge::kernels::row_view(op, x.shape.data(), rank(x));
 #ifdef OPFORGE_WITH_CUDA
   if (k.on_cuda()) {
     OPFORGE_TRY(check_device_arch(k));

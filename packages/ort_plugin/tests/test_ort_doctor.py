@@ -152,7 +152,7 @@ def test_residual_type_differs(tmp_path):
     report = doctor.diagnose(_write(tmp_path, "r64", model))
     assert report.codes() == ["type-not-supported"]
     assert "input 1 ('R') is double, X is float" in report.problems[0].message
-    assert "opforge.AddRMSNorm: R: expected float32 tensor (same type as X), got float64" in report.problems[0].evidence
+    assert "opforge.AddRMSNorm: R: expected float32 tensor (same dtype as X), got float64" in report.problems[0].evidence
 
 
 def test_residual_shape_differs(tmp_path):

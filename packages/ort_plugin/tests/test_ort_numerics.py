@@ -233,3 +233,37 @@ def test_bfloat16_output_is_bfloat16_rounded():
     x = np.array([[1.2345678, -2.3456789, 0.1]], np.float32)
     (y,) = session(single_op_model("Swish", "bfloat16", 2)).run(None, {"X": spec.round_to("bfloat16", x)})
     assert np.array_equal(spec.round_to("bfloat16", y), y)
+
+
+# ---- ORT gives torch's values: the ops with outputs of their own dtype (RMSNormQuant) -------------
+
+def _torch_op(op):
+    """torch.ops.opforge.<op> of an opforge_torch that has it, else a skip."""
+    torch = pytest.importorskip("torch")
+    try:
+        import opforge_torch  # noqa: F401  (registers torch.ops.opforge)
+    except (ImportError, OSError) as err:
+        pytest.skip(f"opforge_torch not importable: {err}")
+    if not hasattr(torch.ops.opforge, op.torch_name):
+        pytest.skip(f"this opforge_torch has no {op.torch_name}")
+    return torch, getattr(torch.ops.opforge, op.torch_name)
+
+
+OWN_DTYPE_CASES = [pytest.param(op, case, id=f"{op.name}-{case.name}") for op in spec.OPS.values()
+                   if op.output_dtypes for case in op.cases("float32") if served(op.name, case.attrs)]
+
+
+@pytest.mark.parametrize("op,case", OWN_DTYPE_CASES)
+def test_outputs_of_their_own_dtype_equal_torchs(op, case):
+    """Every output of an op with outputs of their own dtype (RMSNormQuant's int8 Q and float32
+    scale) is torch's (opforge_torch on the CPU, the same kernels) element for element, bits too."""
+    torch, torch_op = _torch_op(op)
+    inputs = [np.ascontiguousarray(np.asarray(a, np.float32)) for a in case.inputs]
+    attrs = {**op.defaults(), **case.attrs}
+    args = [attrs[name] if op.attributes[name].kind == "float" else int(attrs[name]) for name in op.attributes]
+    expected = [t.numpy() for t in torch_op(*(torch.from_numpy(a) for a in inputs), *args)]
+    model = single_op_model(op.name, "float32", inputs[0].ndim, **case.attrs)
+    got = session(model).run(None, dict(zip(op.inputs, inputs)))
+    for name, g, e in zip(op.outputs, got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape, (name, g.dtype, e.dtype, g.shape, e.shape)
+        np.testing.assert_array_equal(g.view(np.uint8), e.view(np.uint8), err_msg=f"{op.name} {case.name} {name}")
