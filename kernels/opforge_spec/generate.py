@@ -140,7 +140,40 @@ def ops_math_header() -> str:
     """math.h's include of each op's own math header (kernels/include/opforge/kernels/ops/<op>.h)."""
     includes = [f'#include "opforge/kernels/ops/{op.torch_name}.h"' for op in OPS.values()]
     return "\n".join([HEADER + "// Each op's own math, after the shared math of math.h (which includes this file).",
-                      "#pragma once", "", *includes, ""])
+                      "#pragma once", "", *includes, "",
+                      "// The ops of each launcher family (OpSpec.family), in spec order: X(Name, torch_name).",
+                      *family_lists(), ""])
+
+
+# The launcher families (OpSpec.family): each one's list macro and binding template (cpu_ops.h,
+# cuda_ops.cuh).
+FAMILY_LISTS = {"elementwise": "OPFORGE_FOR_EACH_ELEMENTWISE_OP", "gated": "OPFORGE_FOR_EACH_GATED_OP",
+                "row_norm": "OPFORGE_FOR_EACH_ROW_NORM_OP",
+                "residual_row_norm": "OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP"}
+FAMILY_BINDINGS = {"elementwise": "ElementwiseKernel", "gated": "GatedKernel", "row_norm": "RowNormKernel",
+                   "residual_row_norm": "ResidualRowNormKernel"}
+
+
+def family_lists() -> list:
+    """`#define OPFORGE_FOR_EACH_<FAMILY>_OP(X) X(Name, torch_name) ...`: the ops of each launcher
+    family, which cpu.h instantiates its entries for and the kernel tests and torch_ext's backward
+    glue expand."""
+    lines = []
+    for family, macro in FAMILY_LISTS.items():
+        entries = " ".join(f"X({op.name}, {op.torch_name})" for op in OPS.values() if op.family == family)
+        lines.append(f"#define {macro}(X) {entries}".rstrip())
+    return lines
+
+
+def bindings_header() -> str:
+    """Each op's kernel binding `<Name>Kernel`, by its family: included inside cpu_ops.h's and
+    cuda_ops.cuh's namespaces (each has its own family templates), so no include guard."""
+    lines = [HEADER + "// Every op's kernel binding of a launcher family, for cpu_ops.h and cuda_ops.cuh (each includes",
+             "// it in its own namespace, after its family templates); an op of a new shape writes its own.", ""]
+    for op in OPS.values():
+        if op.family is not None:
+            lines.append(f"using {op.name}Kernel = {FAMILY_BINDINGS[op.family]}<k{op.name}Op, {op.name}Math>;")
+    return "\n".join(lines + [""])
 
 
 def _tensors_type(count: int) -> str:
@@ -280,6 +313,7 @@ def loader_nn_ops() -> str:
 def outputs(root: Path) -> dict:
     return {root / "kernels/include/opforge/kernels/ops_generated.h": kernels_header(),
             root / "kernels/include/opforge/kernels/ops_math_generated.h": ops_math_header(),
+            root / "kernels/include/opforge/kernels/ops_bindings_generated.h": bindings_header(),
             root / "packages/torch_ext/csrc/schema_generated.h": torch_header(),
             root / "packages/torch_ext/src/opforge_torch/_ops_generated.py": torch_wrappers(),
             root / "packages/ort_plugin/src/opforge_ort/_spec_generated.py": python_module(),

@@ -142,6 +142,13 @@ def strided(a: np.ndarray) -> np.ndarray:
     return wide[..., ::2]
 
 
+# The launcher families: (layout, split, inputs, outputs) -> family (OpSpec.family).
+FAMILIES = {("elementwise", 1, ("X",), ("Y",)): "elementwise",
+            ("rows", 2, ("X",), ("Y",)): "gated",
+            ("rows", 1, ("X", "W"), ("Y",)): "row_norm",
+            ("rows", 1, ("X", "R", "W"), ("Y", "H")): "residual_row_norm"}
+
+
 @dataclass
 class OpSpec:
     name: str
@@ -181,6 +188,9 @@ class OpSpec:
     # same layout), each read row by row before that row of the output is written. Any other
     # overlap of an output with an input (W above all: every row reads it) is refused.
     overwrites: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The op's place in every table (descriptors, schemas, manifests): ops sort by (order, name).
+    # opforge's own ops take 10, 20, ...; an op that does not say comes after them, by name.
+    order: int = 1000
     # An output's own dtype: output -> a dtype name (fixed, e.g. "float32") or the name of an enum
     # attribute whose values are DTYPE_CODES (chosen per call, e.g. "quant_dtype"). An output not
     # listed has X's dtype.
@@ -228,7 +238,10 @@ class OpSpec:
         "elementwise" (any shape, X only), "gated" (X = [A, B] over the last axis), "row_norm"
         (rows of X with a per-column weight W) or "residual_row_norm" (X, a residual R, W; outputs
         Y and H); its math header gives `<Name>Math` for that family and the generator writes its
-        bindings (CONTRIBUTING.md). None: an op of a new shape, whose bindings are written by hand."""
+        bindings (CONTRIBUTING.md). None: an op of a new shape (outputs of their own dtype or
+        shape, no gradient included), whose bindings are written by hand."""
+        if self.output_dtypes or self.output_shapes or not self.has_gradient:
+            return None
         return FAMILIES.get((self.layout, self.split, tuple(self.inputs), tuple(self.outputs)))
 
     def may_overwrite(self, output: str, input_name: str) -> bool:

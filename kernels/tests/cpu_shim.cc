@@ -1,48 +1,54 @@
 // Exposes kernels/cpu.h through a C ABI so the Python tests can drive it with ctypes.
 #include "opforge/kernels/cpu.h"
+#include "opforge/kernels/cpu_ops.h"
 
 namespace k = opforge::kernels;
 namespace cpu = opforge::kernels::cpu;
 
+using Swish = cpu::CpuMath<k::SwishMath>;
+using SwiGLU = cpu::CpuMath<k::SwiGLUMath>;
+using GeGLU = cpu::CpuMath<k::GeGLUMath>;
+
 #define SHIM(T, SUFFIX)                                                                      \
   extern "C" void swish_fwd_##SUFFIX(const T* x, T* y, int64_t n, float beta) {              \
-    cpu::swish_forward(x, y, n, beta);                                                       \
+    cpu::elementwise_forward(x, y, n, Swish{beta});                                          \
   }                                                                                          \
   extern "C" void swish_fwd_streamed_##SUFFIX(const T* x, T* y, int64_t n, float beta) {     \
-    cpu::swish_forward_streamed(x, y, n, beta);                                              \
+    cpu::elementwise_forward_streamed(x, y, n, Swish{beta});                                 \
   }                                                                                          \
   extern "C" void swish_bwd_##SUFFIX(const T* dy, const T* x, T* dx, int64_t n, float beta) { \
-    cpu::swish_backward(dy, x, dx, n, beta);                                                 \
+    cpu::elementwise_backward(dy, x, dx, n, Swish{beta});                                    \
   }                                                                                          \
   extern "C" void swiglu_fwd_##SUFFIX(const T* x, T* y, int64_t rows, int64_t d, float beta) { \
-    cpu::gated_forward(x, y, 0, rows, d, cpu::CpuGate<k::SwiGLUGate>{beta});                                             \
+    cpu::gated_forward(x, y, 0, rows, d, SwiGLU{beta});                                      \
   }                                                                                          \
   extern "C" void swiglu_bwd_##SUFFIX(const T* dy, const T* x, T* dx, int64_t rows, int64_t d, \
                                       float beta) {                                          \
-    cpu::gated_backward(dy, x, dx, 0, rows, d, cpu::CpuGate<k::SwiGLUGate>{beta});                                       \
+    cpu::gated_backward(dy, x, dx, 0, rows, d, SwiGLU{beta});                                \
   }                                                                                          \
   extern "C" void geglu_fwd_##SUFFIX(const T* x, T* y, int64_t rows, int64_t d) {           \
-    cpu::gated_forward(x, y, 0, rows, d, cpu::CpuGate<k::GeGLUGate>{});                      \
+    cpu::gated_forward(x, y, 0, rows, d, GeGLU{});                                           \
   }                                                                                          \
   extern "C" void geglu_bwd_##SUFFIX(const T* dy, const T* x, T* dx, int64_t rows, int64_t d) { \
-    cpu::gated_backward(dy, x, dx, 0, rows, d, cpu::CpuGate<k::GeGLUGate>{});                \
+    cpu::gated_backward(dy, x, dx, 0, rows, d, GeGLU{});                                     \
   }                                                                                          \
   extern "C" void rms_fwd_##SUFFIX(const T* x, const T* w, T* y, int64_t rows, int64_t cols, \
                                    float eps) {                                              \
-    cpu::rms_norm_forward(x, w, y, 0, rows, cols, eps);                                      \
+    cpu::row_norm_forward(x, w, y, 0, rows, cols, k::RMSNormMath{eps});                      \
   }                                                                                          \
   extern "C" void rms_bwd_##SUFFIX(const T* dy, const T* x, const T* w, T* dx, double* dw,   \
                                    int64_t rows, int64_t cols, float eps) {                  \
-    cpu::rms_norm_backward(dy, x, w, dx, dw, 0, rows, cols, eps);                            \
+    cpu::row_norm_backward(dy, x, w, dx, dw, 0, rows, cols, k::RMSNormMath{eps});            \
   }                                                                                          \
   extern "C" void add_rms_fwd_##SUFFIX(const T* x, const T* r, const T* w, T* y, T* h,       \
                                        int64_t rows, int64_t cols, float eps) {              \
-    cpu::add_rms_norm_forward(x, r, w, y, h, 0, rows, cols, eps);                            \
+    cpu::residual_row_norm_forward(x, r, w, y, h, 0, rows, cols, k::AddRMSNormMath{eps});    \
   }                                                                                          \
   extern "C" void add_rms_bwd_##SUFFIX(const T* dy, const T* dh, const T* x, const T* r,     \
                                        const T* w, T* dx, T* dr, double* dw, int64_t rows,   \
                                        int64_t cols, float eps) {                            \
-    cpu::add_rms_norm_backward(dy, dh, x, r, w, dx, dr, dw, 0, rows, cols, eps);             \
+    cpu::residual_row_norm_backward(dy, dh, x, r, w, dx, dr, dw, 0, rows, cols,              \
+                                    k::AddRMSNormMath{eps});                                 \
   }
 
 SHIM(float, f32)
@@ -63,3 +69,35 @@ extern "C" void attr_error(const char* op, int index, double value, char* out, s
   }
   std::snprintf(out, size, "no such attribute");
 }
+
+// Every op of the spec by its index in kOps (spec order), through its binding (cpu_ops.h): the
+// forward over all rows, with the op's attributes (`attrs`, nb_attrs of them). X, R and W in, Y and
+// H out (nullptr where the op has none); -1 for an index past the ops.
+template <class T>
+int op_forward(int op, const T* x, const T* r, const T* w, T* y, T* h, int64_t rows, int64_t cols,
+               const float* attrs) {
+  if (op < 0 || op >= int(sizeof k::kOps / sizeof k::kOps[0])) return -1;
+  k::AttrValues values;
+  for (int32_t i = 0; i < k::kOps[op]->nb_attrs; ++i) values.v[i] = attrs[i];
+  cpu::Forward<T> args{x, w, y, cols, values};
+  args.r = r;
+  args.h = h;
+  int found = -1;
+#define OPFORGE_SHIM_FORWARD(Name)                 \
+  if (k::kOps[op] == &cpu::Name##Kernel::desc) {   \
+    cpu::Name##Kernel::forward<T>(args, 0, rows);  \
+    found = 0;                                     \
+  }
+  OPFORGE_FOR_EACH_OP(OPFORGE_SHIM_FORWARD)
+#undef OPFORGE_SHIM_FORWARD
+  return found;
+}
+
+#define OP_SHIM(T, SUFFIX)                                                                       \
+  extern "C" int op_forward_##SUFFIX(int op, const T* x, const T* r, const T* w, T* y, T* h,     \
+                                     int64_t rows, int64_t cols, const float* attrs) {           \
+    return op_forward<T>(op, x, r, w, y, h, rows, cols, attrs);                                  \
+  }
+
+OP_SHIM(float, f32)
+OP_SHIM(double, f64)

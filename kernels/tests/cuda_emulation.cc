@@ -124,15 +124,15 @@ inline float __fdividef(float a, float b) { return a / b; }
 #define cudaGetLastError() cudaSuccess
 #define cudaMemsetAsync(p, v, n, s) (std::memset((p), (v), (n)), cudaSuccess)
 
-#include "opforge/kernels/cuda.cuh"
+#include "family_launch.h"
 
 namespace c = opforge::kernels::cuda;
+using opforge_test::is_gated;
+using opforge_test::is_residual;
+using opforge_test::is_weighted;
 
 namespace {
 
-enum Op { kSwish = 0, kRMSNorm = 1, kSwiGLU = 2, kGeGLU = 3, kAddRMSNorm = 4 };
-bool is_weighted(int op) { return op == kRMSNorm || op == kAddRMSNorm; }  // W [cols]; dW backward
-bool is_gated(int op) { return op == kSwiGLU || op == kGeGLU; }  // Y [rows, cols / 2]
 enum Dtype { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 constexpr int kBytesTouched = -100;
 constexpr size_t kGuard = 256;
@@ -187,33 +187,7 @@ struct Buffers {
 template <class T>
 cudaError_t enqueue(int op, bool backward, int64_t rows, int64_t cols, float attr, void* const* in,
                     void* const* out, void* workspace) {
-  const T* a = static_cast<const T*>(in[0]);
-  const T* w = static_cast<const T*>(in[1]);
-  const T* dy = static_cast<const T*>(in[2]);
-  const T* r = static_cast<const T*>(in[3]);
-  const T* dh = static_cast<const T*>(in[4]);
-  T* y = static_cast<T*>(out[0]);
-  T* h = static_cast<T*>(out[2]);
-  switch (op) {
-    case kSwish:
-      return backward ? c::swish_backward(dy, a, y, rows * cols, attr, nullptr)
-                      : c::swish_forward(a, y, rows * cols, attr, nullptr);
-    case kSwiGLU:
-      return backward ? c::gated_backward(dy, a, y, rows, cols / 2, opforge::kernels::SwiGLUGate<>{attr}, nullptr)
-                      : c::gated_forward(a, y, rows, cols / 2, opforge::kernels::SwiGLUGate<>{attr}, nullptr);
-    case kGeGLU:
-      return backward ? c::gated_backward(dy, a, y, rows, cols / 2, opforge::kernels::GeGLUGate<>{}, nullptr)
-                      : c::gated_forward(a, y, rows, cols / 2, opforge::kernels::GeGLUGate<>{}, nullptr);
-    case kRMSNorm:
-      return backward ? c::rms_norm_backward(dy, a, w, y, static_cast<float*>(out[1]), workspace,
-                                             rows, cols, attr, nullptr)
-                      : c::rms_norm_forward(a, w, y, rows, cols, attr, nullptr);
-    case kAddRMSNorm:
-      return backward ? c::add_rms_norm_backward(dy, dh, a, r, w, y, h, static_cast<float*>(out[1]),
-                                                 workspace, rows, cols, attr, nullptr)
-                      : c::add_rms_norm_forward(a, r, w, y, h, rows, cols, attr, nullptr);
-  }
-  return cudaErrorInvalidValue;
+  return opforge_test::launch_op<T>(op, backward, rows, cols, attr, in, out, workspace, nullptr);
 }
 
 }  // namespace
@@ -224,6 +198,7 @@ extern "C" int opforge_gpu_run(int op, int backward, int dtype, int64_t in_offse
                                int64_t out_offset, int64_t rows, int64_t cols, float attr,
                                const void* x, const void* w, const void* dy, void* y, float* dw,
                                const void* r, const void* dh, void* h) {
+  if (!opforge_test::valid_op(op)) return cudaErrorInvalidValue;
   const size_t element = dtype == kFloat32 ? 4 : 2;
   const int64_t ny = is_gated(op) && !backward ? rows * (cols / 2) : rows * cols;
   Buffers buffers;
@@ -231,7 +206,7 @@ extern "C" int opforge_gpu_run(int op, int backward, int dtype, int64_t in_offse
   if (is_weighted(op)) in[1] = buffers.add(w, cols, element, in_offset, false);
   if (backward) in[2] = buffers.add(dy, is_gated(op) ? rows * (cols / 2) : rows * cols, element, in_offset, false);
   void* out[3] = {buffers.add(y, ny, element, out_offset, true), nullptr, nullptr};
-  if (op == kAddRMSNorm) {  // R, H (dR backward), dH
+  if (is_residual(op)) {  // R, H (dR backward), dH
     in[3] = buffers.add(r, rows * cols, element, in_offset, false);
     out[2] = buffers.add(h, rows * cols, element, out_offset, true);
     if (backward) in[4] = buffers.add(dh, rows * cols, element, in_offset, false);
@@ -240,7 +215,7 @@ extern "C" int opforge_gpu_run(int op, int backward, int dtype, int64_t in_offse
   if (is_weighted(op) && backward) {
     out[1] = buffers.add(dw, cols, 4, 0, true);
     // NaN bytes: the kernels must not read what they did not write
-    workspace.assign(c::rms_norm_backward_workspace_size(rows, cols) + 16, 0xFF);
+    workspace.assign(c::row_norm_backward_workspace_size(rows, cols) + 16, 0xFF);
   }
   const auto before = buffers.snapshot();
   cudaError_t e = cudaErrorInvalidValue;

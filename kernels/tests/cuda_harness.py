@@ -8,7 +8,7 @@ import numpy as np
 
 import opforge_spec as spec
 
-OPS = {"Swish": 0, "RMSNorm": 1, "SwiGLU": 2, "GeGLU": 3, "AddRMSNorm": 4}
+OPS = {name: i for i, name in enumerate(spec.OPS)}  # the shims number the ops as kOps does (spec order)
 DTYPES = {"float32": (0, np.float32), "float16": (1, np.float16), "bfloat16": (2, np.uint16)}
 I64 = ctypes.c_int64
 BYTES_TOUCHED, NO_MEMORY = -100, -101

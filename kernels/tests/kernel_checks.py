@@ -22,6 +22,9 @@ SHAPES = {
                 (2, 16_388), (1, 70_001), (513, 40)],
 }
 SHAPES["AddRMSNorm"] = SHAPES["RMSNorm"]  # the same row kernels, with a residual
+# Any other op: its launcher family's paths, those of the family's first op above.
+FAMILY_SHAPES = {"elementwise": SHAPES["Swish"], "gated": SHAPES["SwiGLU"], "row_norm": SHAPES["RMSNorm"],
+                 "residual_row_norm": SHAPES["RMSNorm"]}
 
 
 def shape_id(shape) -> str:
@@ -29,7 +32,8 @@ def shape_id(shape) -> str:
 
 
 def shapes(op, max_elements=None) -> list:
-    return [s for s in SHAPES[op.name] if max_elements is None or np.prod(s) <= max_elements]
+    listed = SHAPES.get(op.name) or FAMILY_SHAPES[op.family]
+    return [s for s in listed if max_elements is None or np.prod(s) <= max_elements]
 
 
 def random_inputs(op, shape, dtype, seed=0) -> tuple:
@@ -114,18 +118,45 @@ def add_rms_norm_grad(x, r, w, dy, dh, eps, dtype):
     return dx + dh, dw, np.maximum(dx_scale, np.abs(dh)), dw_scale
 
 
+def numeric_grad(op, x, dy):
+    """dX of an elementwise or gated op from its float64 reference (its defaults), by central
+    differences, for an op without a hand-written gradient here. Each Y element depends on one
+    element of each part of X, so moving a whole part at once gives every derivative (~1e-10
+    relative error)."""
+    step = 1e-6 * np.maximum(1.0, np.abs(x))
+    if op.split == 1:
+        return dy * (op.reference(x + step) - op.reference(x - step)) / (2 * step)
+    d = x.shape[-1] // 2
+    part = np.arange(x.shape[-1]) < d
+    grads = []
+    for in_a in (True, False):  # dA = dY * dY/dA, dB = dY * dY/dB
+        shift = np.broadcast_to(part == in_a, x.shape).astype(np.float64)
+        scaled = step * shift
+        moved = scaled[..., :d] if in_a else scaled[..., d:]
+        slope = (op.reference(x + scaled) - op.reference(x - scaled)) / (2 * moved)
+        grads.append(dy * slope)
+    return np.concatenate(grads, axis=-1)
+
+
+def first_attribute(op, fallback: float) -> float:
+    return next(iter(op.defaults().values()), fallback)
+
+
 def backward_reference(op, x, w, dy, r=None, dh=None, dtype="float64"):
-    """(dX, dW or None, the error scale of dX, that of dW), in float64; dR is dX."""
+    """(dX, dW or None, the error scale of dX, that of dW), in float64; dR is dX. An op of a family
+    without a formula here: the row families' (their functor's inverse is an inverse square root,
+    cuda.cuh), numeric derivatives of the reference for the others."""
     x, dy = np.asarray(x, np.float64), np.asarray(dy, np.float64)
     w = None if w is None else np.asarray(w, np.float64)
     with np.errstate(all="ignore"):
-        if op is spec.ADD_RMS_NORM:
-            return add_rms_norm_grad(x, np.asarray(r, np.float64), w, dy, np.asarray(dh, np.float64), 1e-6, dtype)
-        if op is spec.RMS_NORM:
-            return rms_norm_grad(x, w, dy, 1e-6)
+        if op.family == "residual_row_norm":
+            return add_rms_norm_grad(x, np.asarray(r, np.float64), w, dy, np.asarray(dh, np.float64),
+                                     first_attribute(op, 1e-6), dtype)
+        if op.family == "row_norm":
+            return rms_norm_grad(x, w, dy, first_attribute(op, 1e-6))
         gradients = {"Swish": lambda: swish_grad(x, dy, 1.0), "SwiGLU": lambda: swiglu_grad(x, dy, 1.0),
                      "GeGLU": lambda: geglu_grad(x, dy)}
-        dx = gradients[op.name]()
+        dx = gradients[op.name]() if op.name in gradients else numeric_grad(op, x, dy)
         return dx, None, np.abs(dx), None
 
 

@@ -16,10 +16,29 @@ HERE = Path(__file__).parent
 ARCH = "90"
 OLDEST_SHIPPED_ARCH = 75
 DTYPES = {"float": 4, "__half": 2, "__nv_bfloat16": 2}
-ROW_KERNELS = ("rms_norm_forward_kernel", "rms_norm_backward_kernel")
+ROW_KERNELS = ("row_norm_forward_kernel", "row_norm_backward_kernel")
 GATED_KERNELS = ("gated_forward_kernel", "gated_backward_kernel")
-GATES = ("opforge::kernels::SwiGLUGate<opforge::kernels::Sigmoid>",  # each gated op's gate
-         "opforge::kernels::GeGLUGate<opforge::kernels::Sigmoid>")
+NS = "opforge::kernels::"
+
+
+def family(name: str) -> list:
+    """The ops of a launcher family (OpSpec.family), in spec order."""
+    return [op for op in spec.OPS.values() if op.family == name]
+
+
+def op_kernels(dtype: str, v: int) -> list:
+    """Each op's kernel instances for a storage type and packet width, by its family's launchers."""
+    names = []
+    for op in family("elementwise"):
+        fn = f"{NS}{op.name}Math<{NS}Sigmoid>"
+        names += [f"elementwise_kernel<{dtype}, {v}, {NS}cuda::detail::ValueOp<{fn} >, 1>",
+                  f"elementwise_kernel<{dtype}, {v}, {NS}cuda::detail::SlopeOp<{fn} >, 2>"]
+    names += [f"{k}<{dtype}, {v}, {NS}{op.name}Math<{NS}Sigmoid> >"  # c++filt: "> >"
+              for k in GATED_KERNELS for op in family("gated")]
+    for residual, ops in (("false", family("row_norm")), ("true", family("residual_row_norm"))):
+        names += [f"{k}<{dtype}, {v}, {cached}, {residual}, {NS}{op.name}Math>"
+                  for k in ROW_KERNELS for op in ops for cached in ("true", "false")]
+    return names
 
 
 def demangle(names):
@@ -90,7 +109,7 @@ def by_function(listing: str, header: str) -> dict:
 
 
 def readable(functions: dict) -> dict:
-    """{'gated_forward_kernel<float, 4, ...SwiGLUGate<...> >': text, ...}: the kernel name and template arguments."""
+    """{'gated_forward_kernel<float, 4, ...SwiGLUMath<...> >': text, ...}: the kernel name and template arguments."""
     names = demangle(list(functions))
     out = {}
     for mangled, text in functions.items():
@@ -121,11 +140,7 @@ def expected_kernels():
     for dtype, size in DTYPES.items():
         widths = [v for v in (1, 2, 4, 8) if v * size <= 16]
         for v in widths:
-            names += [f"elementwise_kernel<{dtype}, {v}, opforge::kernels::cuda::detail::SwishOp, 1>",
-                      f"elementwise_kernel<{dtype}, {v}, opforge::kernels::cuda::detail::SwishGradOp, 2>"]
-            names += [f"{k}<{dtype}, {v}, {g} >" for k in GATED_KERNELS for g in GATES]  # c++filt: "> >"
-            names += [f"{k}<{dtype}, {v}, {cached}, {residual}>" for k in ROW_KERNELS  # RMSNorm, AddRMSNorm
-                      for cached in ("true", "false") for residual in ("true", "false")]
+            names += op_kernels(dtype, v)
     return names + ["dw_sum_kernel<8u>"]
 
 

@@ -52,7 +52,7 @@ def test_float_loops_vectorize(tmp_path, march):
         start = next(i for i, line in enumerate(cpu_h) if f"void {name}(" in line)
         return next(i + 1 for i in range(start, len(cpu_h)) if cpu_h[i].lstrip().startswith("for"))
 
-    loops = {name: loop_line(name) for name in ("swish_forward_loop", "swish_backward_loop",
+    loops = {name: loop_line(name) for name in ("elementwise_forward_loop", "elementwise_backward_loop",
                                                 "gated_forward_loop", "gated_backward_loop")}
     for name, line in loops.items():
         assert re.search(rf"cpu\.h:{line}:\d+: optimized: loop vectorized using (32|64) byte",

@@ -15,15 +15,18 @@ from opforge_align.harness.checks import spec
 SHIM = r"""
 #include "opforge/kernels/cpu.h"
 extern "C" void swish_f32(const float* x, float* y, int64_t n, float beta) {
-  opforge::kernels::cpu::swish_forward(x, y, n, beta);
+  namespace cpu = opforge::kernels::cpu;
+  cpu::elementwise_forward(x, y, n, cpu::CpuMath<opforge::kernels::SwishMath>{beta});
 }
 """
-# The expression the mutations rewrite; if the kernel is refactored, update it here.
-SWISH_EXPR = "return x * fast_sigmoid(beta * x);"
+# Swish's value in its math header (SwishMath), the expression the mutations rewrite; if the kernel
+# is refactored, update it here.
+SWISH_HEADER = "ops/swish.h"
+SWISH_EXPR = "return x * S{}(beta * x);"
 MUTATIONS = {
     "none": SWISH_EXPR,
-    "ulp": "return std::nextafter(x * fast_sigmoid(beta * x), INFINITY);",  # 1 ulp too large
-    "sign": "return -(x * fast_sigmoid(beta * x));",
+    "ulp": "return std::nextafter(x * S{}(beta * x), C(INFINITY));",  # 1 ulp too large
+    "sign": "return -(x * S{}(beta * x));",
 }
 
 
@@ -32,11 +35,11 @@ def build(tmp: Path, mutation: str = "none") -> ctypes.CDLL:
     packages build) and loads it."""
     include = tmp / "include"
     shutil.copytree(spec.include_dir(), include)
-    cpu_h = include / "opforge" / "kernels" / "cpu.h"
-    text = cpu_h.read_text()
+    swish_h = include / "opforge" / "kernels" / SWISH_HEADER
+    text = swish_h.read_text()
     if SWISH_EXPR not in text:
-        raise RuntimeError(f"kernel_shim: {SWISH_EXPR!r} not found in cpu.h: update MUTATIONS")
-    cpu_h.write_text("#include <cmath>\n" + text.replace(SWISH_EXPR, MUTATIONS[mutation]))
+        raise RuntimeError(f"kernel_shim: {SWISH_EXPR!r} not found in {SWISH_HEADER}: update MUTATIONS")
+    swish_h.write_text("#include <cmath>\n" + text.replace(SWISH_EXPR, MUTATIONS[mutation]))
     (tmp / "shim.cc").write_text(SHIM)
     lib = tmp / f"libshim_{mutation}.so"
     subprocess.run(["g++", "-O3", "-std=c++17", "-shared", "-fPIC", f"-I{include}",

@@ -1,7 +1,12 @@
 """The opforge operators, defined once, one module per op (opforge_spec/ops/<op>.py: names,
 attributes, float64 references, tolerances and the input cases every layer is tested on) in the
-op model of opforge_spec/model.py. OPS lists them in the order every generated table keeps."""
+op model of opforge_spec/model.py. OPS holds every OpSpec these modules define, found by looking
+(an op is its module: nothing lists it here), in the order every generated table keeps: by
+(OpSpec.order, name)."""
 from __future__ import annotations
+
+import importlib
+import pkgutil
 
 from ..model import OpSpec
 from .add_rms_norm import ADD_RMS_NORM
@@ -19,4 +24,18 @@ def output_shape(op: OpSpec, shape) -> tuple:
     return op.output_shape(shape)
 
 
-OPS = {op.name: op for op in (SWISH, RMS_NORM, SWIGLU, GEGLU, ADD_RMS_NORM)}
+def _defined_ops() -> list:
+    """Every OpSpec of the modules of this package (one imported from another module counts once)."""
+    found: dict = {}
+    for module_info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        for value in vars(module).values():
+            if isinstance(value, OpSpec):
+                if found.get(value.name, value) is not value:
+                    raise ValueError(f"opforge_spec: two ops named {value.name!r} (the second in "
+                                     f"opforge_spec/ops/{module_info.name}.py): expected unique names")
+                found[value.name] = value
+    return sorted(found.values(), key=lambda op: (op.order, op.name))
+
+
+OPS = {op.name: op for op in _defined_ops()}

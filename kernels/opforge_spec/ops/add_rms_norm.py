@@ -105,4 +105,5 @@ ADD_RMS_NORM = OpSpec(
     # the serving engines' in-place residual update (y_out=x, h_out=residual), or the other way
     # round; never W, which every row reads
     overwrites={"Y": ("X", "R"), "H": ("X", "R")},
+    order=50,  # its place in every table (OpSpec.order)
 )

@@ -96,4 +96,5 @@ GEGLU = OpSpec(
     composed=geglu_composed,
     decomposed=geglu_decomposed,
     independent=geglu_independent,
+    order=40,  # its place in every table (OpSpec.order)
 )

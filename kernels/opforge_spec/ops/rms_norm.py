@@ -106,4 +106,5 @@ RMS_NORM = OpSpec(
     decomposed=rms_norm_decomposed,
     independent=rms_norm_independent,
     overwrites={"Y": ("X",)},
+    order=20,  # its place in every table (OpSpec.order)
 )

@@ -98,4 +98,5 @@ SWIGLU = OpSpec(
     composed=swiglu_composed,
     decomposed=swiglu_decomposed,
     independent=swiglu_independent,
+    order=30,  # its place in every table (OpSpec.order)
 )

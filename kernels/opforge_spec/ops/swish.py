@@ -84,4 +84,5 @@ SWISH = OpSpec(
     decomposed=swish_decomposed,
     independent=swish_independent,
     overwrites={"Y": ("X",)},
+    order=10,  # its place in every table (OpSpec.order)
 )

@@ -12,15 +12,15 @@
 #include <thread>
 #include <vector>
 
-#include "opforge/kernels/cuda.cuh"
+#include "../family_launch.h"
 
 namespace c = opforge::kernels::cuda;
+using opforge_test::is_gated;
+using opforge_test::is_residual;
+using opforge_test::is_weighted;
 
 namespace {
 
-enum Op { kSwish = 0, kRMSNorm = 1, kSwiGLU = 2, kGeGLU = 3, kAddRMSNorm = 4 };
-bool is_weighted(int op) { return op == kRMSNorm || op == kAddRMSNorm; }  // W [cols]; dW backward
-bool is_gated(int op) { return op == kSwiGLU || op == kGeGLU; }  // Y [rows, cols / 2]
 enum Dtype { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 // Besides CUDA's own error codes (positive):
 constexpr int kBytesTouched = -100;  // a byte outside an output, or of an input, changed
@@ -138,37 +138,11 @@ struct Shape {
   int64_t rows, cols;  // X [rows, cols]; SwiGLU: cols = 2d
 };
 
-// Enqueues op's forward (backward: dX, and dW for RMSNorm) on `s`.
+// Enqueues op's forward (backward: dX, and dW for a weighted op) on `s` (family_launch.h).
 template <class T>
 cudaError_t enqueue(int op, bool backward, Shape x, float attr, void* const* in, void* const* out,
                     void* workspace, cudaStream_t s) {
-  const T* a = static_cast<const T*>(in[0]);
-  const T* b = static_cast<const T*>(in[1]);
-  const T* dy = static_cast<const T*>(in[2]);
-  const T* r = static_cast<const T*>(in[3]);
-  const T* dh = static_cast<const T*>(in[4]);
-  T* y = static_cast<T*>(out[0]);
-  T* h = static_cast<T*>(out[2]);
-  const int64_t n = x.rows * x.cols, d = x.cols / 2;
-  switch (op) {
-    case kSwish:
-      return backward ? c::swish_backward(dy, a, y, n, attr, s) : c::swish_forward(a, y, n, attr, s);
-    case kSwiGLU:
-      return backward ? c::gated_backward(dy, a, y, x.rows, d, opforge::kernels::SwiGLUGate<>{attr}, s)
-                      : c::gated_forward(a, y, x.rows, d, opforge::kernels::SwiGLUGate<>{attr}, s);
-    case kGeGLU:
-      return backward ? c::gated_backward(dy, a, y, x.rows, d, opforge::kernels::GeGLUGate<>{}, s)
-                      : c::gated_forward(a, y, x.rows, d, opforge::kernels::GeGLUGate<>{}, s);
-    case kRMSNorm:
-      return backward ? c::rms_norm_backward(dy, a, b, y, static_cast<float*>(out[1]), workspace,
-                                             x.rows, x.cols, attr, s)
-                      : c::rms_norm_forward(a, b, y, x.rows, x.cols, attr, s);
-    case kAddRMSNorm:
-      return backward ? c::add_rms_norm_backward(dy, dh, a, r, b, y, h, static_cast<float*>(out[1]),
-                                                 workspace, x.rows, x.cols, attr, s)
-                      : c::add_rms_norm_forward(a, r, b, y, h, x.rows, x.cols, attr, s);
-  }
-  return cudaErrorInvalidValue;
+  return opforge_test::launch_op<T>(op, backward, x.rows, x.cols, attr, in, out, workspace, s);
 }
 
 size_t element_size(int dtype) { return dtype == kFloat32 ? 4 : 2; }
@@ -215,14 +189,14 @@ Tensors place(Launch& run, int dtype, int op, bool backward, Shape x, const Host
     t.in[2] = run.input(host.dy, ndy, size, in_offset);
   }
   t.out[0] = run.output(host.y, y_elements(op, backward, x), size, out_offset);
-  if (op == kAddRMSNorm) {
+  if (is_residual(op)) {
     t.in[3] = run.input(host.r, x.rows * x.cols, size, in_offset);
     if (backward) t.in[4] = run.input(host.dh, x.rows * x.cols, size, in_offset);
     t.out[2] = run.output(host.h, x.rows * x.cols, size, out_offset);
   }
   if (is_weighted(op) && backward) {
     t.out[1] = run.output(host.dw, x.cols, 4, 0);
-    t.workspace = run.scratch(c::rms_norm_backward_workspace_size(x.rows, x.cols));
+    t.workspace = run.scratch(c::row_norm_backward_workspace_size(x.rows, x.cols));
   }
   return t;
 }
@@ -357,8 +331,8 @@ int opforge_gpu_large(int op, int backward, int64_t rows, int64_t cols, const in
   const Shape shape{rows, cols};
   const int64_t n = rows * cols, ny = y_elements(op, backward != 0, shape);
   const int64_t ndy = is_gated(op) ? rows * (cols / 2) : n;
-  const size_t workspace = is_weighted(op) && backward ? c::rms_norm_backward_workspace_size(rows, cols) : 0;
-  const int64_t nh = op == kAddRMSNorm ? n : 0;  // H (dR); X serves as R too, dY as dH
+  const size_t workspace = is_weighted(op) && backward ? c::row_norm_backward_workspace_size(rows, cols) : 0;
+  const int64_t nh = is_residual(op) ? n : 0;  // H (dR); X serves as R too, dY as dH
   const size_t need = size_t(n + ny + nh + (backward ? ndy : 0) + cols) * 2 + workspace + size_t(cols) * 4;
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return cudaErrorUnknown;

@@ -128,44 +128,55 @@ Tensor weight_grad(const Tensor& x, const Tensor& w, const k::RowView& s, Rows&&
   return torch::stable::to(dw, w.scalar_type());
 }
 
-std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
-                                             const Tensor& w_in, double epsilon) {
-  const OpDesc& op = k::kRMSNormOp;
-  check_op_backward(Backend::CPU, op, {dy_in}, Inputs{&x_in, nullptr, &w_in}, Attrs{epsilon});
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor w = torch::stable::contiguous(w_in);
-  const Tensor dy = torch::stable::contiguous(dy_in);
-  Tensor dx = torch::stable::new_empty(x, x.sizes());
-  const k::RowView s = row_view(op, x);
-  Tensor dw = weight_grad(x, w, s, [&](auto tag, auto* acc, int64_t r0, int64_t r1) {
-    using T = decltype(tag);
-    k::cpu::rms_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), acc, r0, r1, s.cols,
-                                 static_cast<float>(epsilon));
-  });
-  return {dx, dw};
-}
+// The backward of a row op (kernels/ cpu_ops.h RowNormKernel, ResidualRowNormKernel), for its schema
+// `<op>_backward(grads..., tensors..., attributes...)`: one float per attribute of the descriptor.
+template <class Op, class At = std::make_index_sequence<Op::desc.nb_attrs>>
+struct RowBackward;
 
-// dX and dR hold the same values but are two tensors: autograd may hand either to an in-place
-// consumer. The kernel keeps H in dR's row until it has read it.
-std::tuple<Tensor, Tensor, Tensor> add_rms_norm_backward(const Tensor& dy_in, const Tensor& dh_in,
-                                                         const Tensor& x_in, const Tensor& r_in,
-                                                         const Tensor& w_in, double epsilon) {
-  const OpDesc& op = k::kAddRMSNormOp;
-  check_op_backward(Backend::CPU, op, {dy_in, dh_in}, Inputs{&x_in, &r_in, &w_in}, Attrs{epsilon});
-  const ContiguousInputs inputs(Inputs{&x_in, &r_in, &w_in});
-  const Tensor &x = *inputs.view().x, &r = *inputs.view().r, &w = *inputs.view().w;
-  const Tensor dy = torch::stable::contiguous(dy_in);
-  const Tensor dh = torch::stable::contiguous(dh_in);
-  Tensor dx = torch::stable::new_empty(x, x.sizes());
-  Tensor dr = torch::stable::new_empty(x, x.sizes());
-  const k::RowView s = row_view(op, x);
-  Tensor dw = weight_grad(x, w, s, [&](auto tag, auto* acc, int64_t r0, int64_t r1) {
-    using T = decltype(tag);
-    k::cpu::add_rms_norm_backward<T>(in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), in<T>(w), out<T>(dx),
-                                     out<T>(dr), acc, r0, r1, s.cols, static_cast<float>(epsilon));
-  });
-  return {dx, dr, dw};
-}
+template <class Op, size_t... At>
+struct RowBackward<Op, std::index_sequence<At...>> {
+  static std::tuple<Tensor, Tensor> row_norm(const Tensor& dy_in, const Tensor& x_in, const Tensor& w_in,
+                                             Each<At, double>... attr_values) {
+    const OpDesc& op = Op::desc;
+    const Attrs attrs{attr_values...};
+    check_op_backward(Backend::CPU, op, {dy_in}, Inputs{&x_in, nullptr, &w_in}, attrs);
+    const Tensor x = torch::stable::contiguous(x_in);
+    const Tensor w = torch::stable::contiguous(w_in);
+    const Tensor dy = torch::stable::contiguous(dy_in);
+    Tensor dx = torch::stable::new_empty(x, x.sizes());
+    const k::RowView s = row_view(op, x);
+    const auto norm = Op::norm(kernel_attrs(op, attrs));
+    Tensor dw = weight_grad(x, w, s, [&](auto tag, auto* acc, int64_t r0, int64_t r1) {
+      using T = decltype(tag);
+      k::cpu::row_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), acc, r0, r1, s.cols, norm);
+    });
+    return {dx, dw};
+  }
+
+  // dX and dR hold the same values but are two tensors: autograd may hand either to an in-place
+  // consumer. The kernel keeps H in dR's row until it has read it.
+  static std::tuple<Tensor, Tensor, Tensor> residual_row_norm(const Tensor& dy_in, const Tensor& dh_in,
+                                                              const Tensor& x_in, const Tensor& r_in,
+                                                              const Tensor& w_in, Each<At, double>... attr_values) {
+    const OpDesc& op = Op::desc;
+    const Attrs attrs{attr_values...};
+    check_op_backward(Backend::CPU, op, {dy_in, dh_in}, Inputs{&x_in, &r_in, &w_in}, attrs);
+    const ContiguousInputs inputs(Inputs{&x_in, &r_in, &w_in});
+    const Tensor &x = *inputs.view().x, &r = *inputs.view().r, &w = *inputs.view().w;
+    const Tensor dy = torch::stable::contiguous(dy_in);
+    const Tensor dh = torch::stable::contiguous(dh_in);
+    Tensor dx = torch::stable::new_empty(x, x.sizes());
+    Tensor dr = torch::stable::new_empty(x, x.sizes());
+    const k::RowView s = row_view(op, x);
+    const auto norm = Op::norm(kernel_attrs(op, attrs));
+    Tensor dw = weight_grad(x, w, s, [&](auto tag, auto* acc, int64_t r0, int64_t r1) {
+      using T = decltype(tag);
+      k::cpu::residual_row_norm_backward<T>(in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), in<T>(w), out<T>(dx),
+                                            out<T>(dr), acc, r0, r1, s.cols, norm);
+    });
+    return {dx, dr, dw};
+  }
+};
 
 }  // namespace
 }  // namespace opforge_torch
@@ -175,6 +186,14 @@ STABLE_TORCH_LIBRARY_IMPL(opforge, CPU, m) {
 #define OPFORGE_REGISTER_CPU(Name) OPFORGE_TORCH_REGISTER(Cpu, opforge::kernels::cpu, Name)
   OPFORGE_FOR_EACH_OP(OPFORGE_REGISTER_CPU)
 #undef OPFORGE_REGISTER_CPU
-  m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
-  m.impl("add_rms_norm_backward", TORCH_BOX(&opforge_torch::add_rms_norm_backward));
+  // the row ops' backward (dW reduced over rows), every op of the two row families (ops_math_generated.h)
+#define OPFORGE_REGISTER_ROW_NORM_BACKWARD(Name, name) \
+  m.impl(#name "_backward", TORCH_BOX(&opforge_torch::RowBackward<opforge::kernels::cpu::Name##Kernel>::row_norm));
+#define OPFORGE_REGISTER_RESIDUAL_ROW_NORM_BACKWARD(Name, name) \
+  m.impl(#name "_backward",                                     \
+         TORCH_BOX(&opforge_torch::RowBackward<opforge::kernels::cpu::Name##Kernel>::residual_row_norm));
+  OPFORGE_FOR_EACH_ROW_NORM_OP(OPFORGE_REGISTER_ROW_NORM_BACKWARD)
+  OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP(OPFORGE_REGISTER_RESIDUAL_ROW_NORM_BACKWARD)
+#undef OPFORGE_REGISTER_ROW_NORM_BACKWARD
+#undef OPFORGE_REGISTER_RESIDUAL_ROW_NORM_BACKWARD
 }

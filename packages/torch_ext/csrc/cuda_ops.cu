@@ -61,8 +61,9 @@ template <class Op>
 void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys) {
   const Tensor& x = *src.x;
   const k::RowView v = row_view(Op::desc, x);
-  // An empty launch grid is a CUDA error, and there is nothing to compute.
-  if (x.numel() > 0) dispatch(x.scalar_type(), [&](auto tag) {
+  // An empty launch grid is a CUDA error, and there is nothing to compute; an empty X may still
+  // have rows to write (an output with one value per row: row_view keeps them).
+  if (x.numel() > 0 || v.rows > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     k::cuda::Forward<T> args{in<T>(x), src.w ? in<T>(*src.w) : nullptr, out<T>(ys[0]), v.rows, v.cols,
                              kernel_attrs(Op::desc, attrs)};
@@ -122,59 +123,70 @@ struct Cuda {
 // fixed order, so dW's bits are the same on every run.
 Tensor dw_workspace(const Tensor& x, const k::RowView& s) {
   const auto partial_floats =
-      static_cast<int64_t>(k::cuda::rms_norm_backward_workspace_size(s.rows, s.cols) / sizeof(float));
+      static_cast<int64_t>(k::cuda::row_norm_backward_workspace_size(s.rows, s.cols) / sizeof(float));
   return torch::stable::new_empty(x, {partial_floats}, ScalarType::Float);
 }
 
-// dW in float32 (the kernel writes all of it), then cast to W's dtype.
-std::tuple<Tensor, Tensor> rms_norm_backward(const Tensor& dy_in, const Tensor& x_in,
-                                             const Tensor& w_in, double epsilon) {
-  const OpDesc& op = k::kRMSNormOp;
-  check_op_backward(Backend::CUDA, op, {dy_in}, Inputs{&x_in, nullptr, &w_in}, Attrs{epsilon});
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor w = torch::stable::contiguous(w_in);
-  const Tensor dy = torch::stable::contiguous(dy_in);
-  Tensor dx = torch::stable::new_empty(x, x.sizes());
-  const k::RowView s = row_view(op, x);
-  Tensor dw = torch::stable::new_empty(x, {s.cols}, ScalarType::Float);
-  Tensor workspace = dw_workspace(x, s);
-  if (s.cols > 0) dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    check_launch(op.name,
-                 k::cuda::rms_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), out<float>(dw),
-                                               workspace.mutable_data_ptr(), s.rows, s.cols,
-                                               static_cast<float>(epsilon), launch_stream(op.name, x)));
-  });
-  return {dx, torch::stable::to(dw, w.scalar_type())};
-}
+// The backward of a row op (kernels/ cuda_ops.cuh RowNormKernel, ResidualRowNormKernel), for its
+// schema `<op>_backward(grads..., tensors..., attributes...)`: one float per attribute. dW in float32
+// (the kernel writes all of it), then cast to W's dtype.
+template <class Op, class At = std::make_index_sequence<Op::desc.nb_attrs>>
+struct RowBackward;
 
-// dX and dR hold the same values but are two tensors: autograd may hand either to an in-place
-// consumer.
-std::tuple<Tensor, Tensor, Tensor> add_rms_norm_backward(const Tensor& dy_in, const Tensor& dh_in,
-                                                         const Tensor& x_in, const Tensor& r_in,
-                                                         const Tensor& w_in, double epsilon) {
-  const OpDesc& op = k::kAddRMSNormOp;
-  check_op_backward(Backend::CUDA, op, {dy_in, dh_in}, Inputs{&x_in, &r_in, &w_in}, Attrs{epsilon});
-  torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
-  const ContiguousInputs inputs(Inputs{&x_in, &r_in, &w_in});
-  const Tensor &x = *inputs.view().x, &r = *inputs.view().r, &w = *inputs.view().w;
-  const Tensor dy = torch::stable::contiguous(dy_in);
-  const Tensor dh = torch::stable::contiguous(dh_in);
-  Tensor dx = torch::stable::new_empty(x, x.sizes());
-  Tensor dr = torch::stable::new_empty(x, x.sizes());
-  const k::RowView s = row_view(op, x);
-  Tensor dw = torch::stable::new_empty(x, {s.cols}, ScalarType::Float);
-  Tensor workspace = dw_workspace(x, s);
-  if (s.cols > 0) dispatch(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    check_launch(op.name, k::cuda::add_rms_norm_backward<T>(
-                              in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), in<T>(w), out<T>(dx), out<T>(dr),
-                              out<float>(dw), workspace.mutable_data_ptr(), s.rows, s.cols,
-                              static_cast<float>(epsilon), launch_stream(op.name, x)));
-  });
-  return {dx, dr, torch::stable::to(dw, w.scalar_type())};
-}
+template <class Op, size_t... At>
+struct RowBackward<Op, std::index_sequence<At...>> {
+  static std::tuple<Tensor, Tensor> row_norm(const Tensor& dy_in, const Tensor& x_in, const Tensor& w_in,
+                                             Each<At, double>... attr_values) {
+    const OpDesc& op = Op::desc;
+    const Attrs attrs{attr_values...};
+    check_op_backward(Backend::CUDA, op, {dy_in}, Inputs{&x_in, nullptr, &w_in}, attrs);
+    torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+    const Tensor x = torch::stable::contiguous(x_in);
+    const Tensor w = torch::stable::contiguous(w_in);
+    const Tensor dy = torch::stable::contiguous(dy_in);
+    Tensor dx = torch::stable::new_empty(x, x.sizes());
+    const k::RowView s = row_view(op, x);
+    Tensor dw = torch::stable::new_empty(x, {s.cols}, ScalarType::Float);
+    Tensor workspace = dw_workspace(x, s);
+    const auto norm = Op::norm(kernel_attrs(op, attrs));
+    if (s.cols > 0) dispatch(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      check_launch(op.name, k::cuda::row_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx),
+                                                          out<float>(dw), workspace.mutable_data_ptr(), s.rows,
+                                                          s.cols, norm, launch_stream(op.name, x)));
+    });
+    return {dx, torch::stable::to(dw, w.scalar_type())};
+  }
+
+  // dX and dR hold the same values but are two tensors: autograd may hand either to an in-place
+  // consumer.
+  static std::tuple<Tensor, Tensor, Tensor> residual_row_norm(const Tensor& dy_in, const Tensor& dh_in,
+                                                              const Tensor& x_in, const Tensor& r_in,
+                                                              const Tensor& w_in, Each<At, double>... attr_values) {
+    const OpDesc& op = Op::desc;
+    const Attrs attrs{attr_values...};
+    check_op_backward(Backend::CUDA, op, {dy_in, dh_in}, Inputs{&x_in, &r_in, &w_in}, attrs);
+    torch::stable::accelerator::DeviceGuard guard(x_in.get_device_index());
+    const ContiguousInputs inputs(Inputs{&x_in, &r_in, &w_in});
+    const Tensor &x = *inputs.view().x, &r = *inputs.view().r, &w = *inputs.view().w;
+    const Tensor dy = torch::stable::contiguous(dy_in);
+    const Tensor dh = torch::stable::contiguous(dh_in);
+    Tensor dx = torch::stable::new_empty(x, x.sizes());
+    Tensor dr = torch::stable::new_empty(x, x.sizes());
+    const k::RowView s = row_view(op, x);
+    Tensor dw = torch::stable::new_empty(x, {s.cols}, ScalarType::Float);
+    Tensor workspace = dw_workspace(x, s);
+    const auto norm = Op::norm(kernel_attrs(op, attrs));
+    if (s.cols > 0) dispatch(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      check_launch(op.name, k::cuda::residual_row_norm_backward<T>(
+                                in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), in<T>(w), out<T>(dx), out<T>(dr),
+                                out<float>(dw), workspace.mutable_data_ptr(), s.rows, s.cols, norm,
+                                launch_stream(op.name, x)));
+    });
+    return {dx, dr, torch::stable::to(dw, w.scalar_type())};
+  }
+};
 
 }  // namespace
 }  // namespace opforge_torch
@@ -184,6 +196,14 @@ STABLE_TORCH_LIBRARY_IMPL(opforge, CUDA, m) {
 #define OPFORGE_REGISTER_CUDA(Name) OPFORGE_TORCH_REGISTER(Cuda, opforge::kernels::cuda, Name)
   OPFORGE_FOR_EACH_OP(OPFORGE_REGISTER_CUDA)
 #undef OPFORGE_REGISTER_CUDA
-  m.impl("rms_norm_backward", TORCH_BOX(&opforge_torch::rms_norm_backward));
-  m.impl("add_rms_norm_backward", TORCH_BOX(&opforge_torch::add_rms_norm_backward));
+  // the row ops' backward (dW reduced over rows), every op of the two row families (ops_math_generated.h)
+#define OPFORGE_REGISTER_ROW_NORM_BACKWARD(Name, name) \
+  m.impl(#name "_backward", TORCH_BOX(&opforge_torch::RowBackward<opforge::kernels::cuda::Name##Kernel>::row_norm));
+#define OPFORGE_REGISTER_RESIDUAL_ROW_NORM_BACKWARD(Name, name) \
+  m.impl(#name "_backward",                                     \
+         TORCH_BOX(&opforge_torch::RowBackward<opforge::kernels::cuda::Name##Kernel>::residual_row_norm));
+  OPFORGE_FOR_EACH_ROW_NORM_OP(OPFORGE_REGISTER_ROW_NORM_BACKWARD)
+  OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP(OPFORGE_REGISTER_RESIDUAL_ROW_NORM_BACKWARD)
+#undef OPFORGE_REGISTER_ROW_NORM_BACKWARD
+#undef OPFORGE_REGISTER_RESIDUAL_ROW_NORM_BACKWARD
 }

@@ -118,18 +118,7 @@ OPFORGE_ALWAYS_INLINE float fast_sigmoid(float t) {
   return t >= 0.0f ? r : e * r;
 }
 
-OPFORGE_ALWAYS_INLINE float fast_swish(float x, float beta) { return x * fast_sigmoid(beta * x); }
-
-OPFORGE_ALWAYS_INLINE float fast_swish_grad(float dy, float x, float beta) {
-  const float s = fast_sigmoid(beta * x);
-  return dy * (s + beta * x * s * (1.0f - s));
-}
-
 // float64 is computed exactly (math.h, libm exp and a true division): it serves gradient checks.
-OPFORGE_ALWAYS_INLINE double fast_swish(double x, float beta) { return swish(x, double(beta)); }
-OPFORGE_ALWAYS_INLINE double fast_swish_grad(double dy, double x, float beta) {
-  return swish_grad(dy, x, double(beta));
-}
 OPFORGE_ALWAYS_INLINE double fast_sigmoid(double t) { return sigmoid(t); }
 
 constexpr int kLanes = 16;
@@ -169,16 +158,17 @@ OPFORGE_ALWAYS_INLINE double dot_gw_x(const T* dy, const T* w, const T* x, int64
   return total;
 }
 
-template <class T>
-OPFORGE_ALWAYS_INLINE void swish_forward_loop(const T* x, T* y, int64_t n, float beta) {
-  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(fast_swish(load(x[i]), beta));
+// An elementwise op (its functor `fn`, math.h's family elementwise): Y = fn.value(X).
+template <class T, class Fn>
+OPFORGE_ALWAYS_INLINE void elementwise_forward_loop(const T* x, T* y, int64_t n, const Fn& fn) {
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(fn.value(load(x[i])));
 }
 
 // A large output the caller will not read back soon (a reused, cold `out` buffer): non-temporal
 // stores skip the read-for-ownership a cached store pays for every line it fills (the third memory
 // stream beside X and Y that a copy, memcpy's rep movsb, does not pay), and X is prefetched a few
 // KB ahead so its loads overlap the arithmetic. The same loop computes the values, into a buffer
-// in L1, so the bits are those of swish_forward_loop. A freshly allocated output is another
+// in L1, so the bits are those of elementwise_forward_loop. A freshly allocated output is another
 // matter: the kernel zeroed its pages into the cache, and cached stores are faster there.
 constexpr int64_t kStreamBlockBytes = 1024;
 constexpr int64_t kPrefetchBytes = 4096;
@@ -199,34 +189,35 @@ OPFORGE_ALWAYS_INLINE void prefetch_ahead(const void* at) {
 }
 #endif
 
-template <class T>
-OPFORGE_ALWAYS_INLINE void swish_forward_streamed_loop(const T* x, T* y, int64_t n, float beta) {
+template <class T, class Fn>
+OPFORGE_ALWAYS_INLINE void elementwise_forward_streamed_loop(const T* x, T* y, int64_t n, const Fn& fn) {
 #if defined(OPFORGE_STREAM_STORES)
   const int64_t to_line = ((64 - int64_t(reinterpret_cast<uintptr_t>(y) & 63)) & 63) / int64_t(sizeof(T));
   const int64_t head = to_line < n ? to_line : n;
-  swish_forward_loop(x, y, head, beta);  // up to Y's first cache line
+  elementwise_forward_loop(x, y, head, fn);  // up to Y's first cache line
   constexpr int64_t block = kStreamBlockBytes / int64_t(sizeof(T));
   alignas(64) T buffer[block];
   int64_t i = head;
   for (; i + block <= n; i += block) {
     prefetch_ahead(x + i);
-    swish_forward_loop(x + i, buffer, block, beta);
+    elementwise_forward_loop(x + i, buffer, block, fn);
     stream_block(y + i, buffer);
   }
-  swish_forward_loop(x + i, y + i, n - i, beta);
+  elementwise_forward_loop(x + i, y + i, n - i, fn);
   _mm_sfence();  // streamed stores are weakly ordered: visible before whoever reads Y next
 #else
-  swish_forward_loop(x, y, n, beta);
+  elementwise_forward_loop(x, y, n, fn);
 #endif
 }
 
-template <class T>
-OPFORGE_ALWAYS_INLINE void swish_backward_loop(const T* dy, const T* x, T* dx, int64_t n,
-                                               float beta) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(fast_swish_grad(load(dy[i]), load(x[i]), beta));
+// dX = dY * fn.slope(X)
+template <class T, class Fn>
+OPFORGE_ALWAYS_INLINE void elementwise_backward_loop(const T* dy, const T* x, T* dx, int64_t n, const Fn& fn) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = store<T>(load(dy[i]) * fn.slope(load(x[i])));
 }
 
-// The vectorizable sigmoid (float; float64 exactly) that the CPU instances of math.h's gates use.
+// The vectorizable sigmoid (float; float64 exactly) that the CPU instances of the elementwise and
+// gated ops' functors (math.h: <Name>Math<S>) use.
 struct FastSigmoid {
   template <class C>
   OPFORGE_ALWAYS_INLINE C operator()(C t) const { return fast_sigmoid(t); }
@@ -272,26 +263,27 @@ OPFORGE_ALWAYS_INLINE void gated_backward_rows(const T* dy, const T* x, T* dx, i
 template <class T>
 using compute_t = decltype(load(T{}));
 
-template <class T>
-OPFORGE_ALWAYS_INLINE void rms_norm_forward_rows(const T* x, const T* w, T* y, int64_t row_begin,
-                                                 int64_t row_end, int64_t cols, float eps) {
+// A row_norm op (its functor `norm`: Y = X * norm.inverse(mean(X^2)) * W per row).
+template <class T, class Norm>
+OPFORGE_ALWAYS_INLINE void row_norm_forward_rows(const T* x, const T* w, T* y, int64_t row_begin,
+                                                 int64_t row_end, int64_t cols, const Norm& norm) {
   using C = compute_t<T>;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const T* xr = x + row * cols;
     T* yr = y + row * cols;
-    const C inv = static_cast<C>(rms_inverse(sum_squares(xr, cols) / double(cols), double(eps)));
+    const C inv = static_cast<C>(norm.inverse(sum_squares(xr, cols) / double(cols)));
     for (int64_t j = 0; j < cols; ++j) yr[j] = store<T>(load(xr[j]) * inv * load(w[j]));
   }
 }
 
-template <class T, class Acc>
-OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const T* w, T* dx,
+template <class T, class Acc, class Norm>
+OPFORGE_ALWAYS_INLINE void row_norm_backward_rows(const T* dy, const T* x, const T* w, T* dx,
                                                   Acc* dw_acc, int64_t row_begin, int64_t row_end,
-                                                  int64_t cols, float eps) {
+                                                  int64_t cols, const Norm& norm) {
   using C = compute_t<T>;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t base = row * cols;
-    const double inv_d = rms_inverse(sum_squares(x + base, cols) / double(cols), double(eps));
+    const double inv_d = norm.inverse(sum_squares(x + base, cols) / double(cols));
     const C inv = static_cast<C>(inv_d);
     // d/dx_i of x_i*inv*w_i summed with dy: inv*dy_i*w_i - x_i*inv^3*mean(dy*w*x)
     const C coef = static_cast<C>(inv_d * inv_d * inv_d *
@@ -307,29 +299,29 @@ OPFORGE_ALWAYS_INLINE void rms_norm_backward_rows(const T* dy, const T* x, const
 
 // H = X + R rounded to T, then RMSNorm of that H (the H the caller gets), row by row: H's row is
 // still in the cache when it is normalized.
-template <class T>
-OPFORGE_ALWAYS_INLINE void add_rms_norm_forward_rows(const T* x, const T* r, const T* w, T* y, T* h,
-                                                     int64_t row_begin, int64_t row_end, int64_t cols,
-                                                     float eps) {
+template <class T, class Norm>
+OPFORGE_ALWAYS_INLINE void residual_row_norm_forward_rows(const T* x, const T* r, const T* w, T* y, T* h,
+                                                          int64_t row_begin, int64_t row_end, int64_t cols,
+                                                          const Norm& norm) {
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t base = row * cols;
-    for (int64_t j = 0; j < cols; ++j) h[base + j] = store<T>(residual_sum(load(x[base + j]), load(r[base + j])));
-    rms_norm_forward_rows(h, w, y, row, row + 1, cols, eps);
+    for (int64_t j = 0; j < cols; ++j) h[base + j] = store<T>(norm.sum(load(x[base + j]), load(r[base + j])));
+    row_norm_forward_rows(h, w, y, row, row + 1, cols, norm);
   }
 }
 
 // dX = dR = RMSNorm's dX at H, plus dH; dW as RMSNorm's at H. dR's row holds H until it is read.
-template <class T, class Acc>
-OPFORGE_ALWAYS_INLINE void add_rms_norm_backward_rows(const T* dy, const T* dh, const T* x, const T* r,
-                                                      const T* w, T* dx, T* dr, Acc* dw_acc,
-                                                      int64_t row_begin, int64_t row_end, int64_t cols,
-                                                      float eps) {
+template <class T, class Acc, class Norm>
+OPFORGE_ALWAYS_INLINE void residual_row_norm_backward_rows(const T* dy, const T* dh, const T* x, const T* r,
+                                                           const T* w, T* dx, T* dr, Acc* dw_acc,
+                                                           int64_t row_begin, int64_t row_end, int64_t cols,
+                                                           const Norm& norm) {
   using C = compute_t<T>;
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t base = row * cols;
     T* hr = dr + base;
-    for (int64_t j = 0; j < cols; ++j) hr[j] = store<T>(residual_sum(load(x[base + j]), load(r[base + j])));
-    const double inv_d = rms_inverse(sum_squares(hr, cols) / double(cols), double(eps));
+    for (int64_t j = 0; j < cols; ++j) hr[j] = store<T>(norm.sum(load(x[base + j]), load(r[base + j])));
+    const double inv_d = norm.inverse(sum_squares(hr, cols) / double(cols));
     const C inv = static_cast<C>(inv_d);
     const C coef = static_cast<C>(inv_d * inv_d * inv_d * dot_gw_x(dy + base, w, hr, cols) / double(cols));
     for (int64_t j = 0; j < cols; ++j) {
@@ -343,83 +335,99 @@ OPFORGE_ALWAYS_INLINE void add_rms_norm_backward_rows(const T* dy, const T* dh, 
   }
 }
 
-// One non-template, multi-versioned entry per storage type: target_clones needs a plain function.
-#define OPFORGE_DEFINE_CPU_ENTRIES(T, SUFFIX)                                                     \
-  OPFORGE_CPU_ENTRY void swish_forward_##SUFFIX(const T* x, T* y, int64_t n, float beta) {    \
-    swish_forward_loop(x, y, n, beta);                                                            \
+// One non-template, multi-versioned entry per op and storage type (target_clones needs a plain
+// function), for every op of each launcher family (the lists OPFORGE_FOR_EACH_<FAMILY>_OP are
+// generated from the spec: ops_generated.h); MATH is the op's functor (math.h: <Name>Math).
+#define OPFORGE_DEFINE_ELEMENTWISE_ENTRIES(NAME, MATH, T, SUFFIX)                                   \
+  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, T* y, int64_t n, MATH fn) {          \
+    elementwise_forward_loop(x, y, n, fn);                                                        \
   }                                                                                               \
-  OPFORGE_CPU_ENTRY void swish_forward_streamed_##SUFFIX(const T* x, T* y, int64_t n,          \
-                                                          float beta) {                           \
-    swish_forward_streamed_loop(x, y, n, beta);                                                   \
+  OPFORGE_CPU_ENTRY void NAME##_forward_streamed_##SUFFIX(const T* x, T* y, int64_t n, MATH fn) { \
+    elementwise_forward_streamed_loop(x, y, n, fn);                                               \
   }                                                                                               \
-  OPFORGE_CPU_ENTRY void swish_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t n,   \
-                                                     float beta) {                                \
-    swish_backward_loop(dy, x, dx, n, beta);                                                      \
-  }                                                                                               \
-  OPFORGE_CPU_ENTRY void rms_norm_forward_##SUFFIX(const T* x, const T* w, T* y, int64_t r0,  \
-                                                       int64_t r1, int64_t cols, float eps) {     \
-    rms_norm_forward_rows(x, w, y, r0, r1, cols, eps);                                            \
-  }                                                                                               \
-  OPFORGE_CPU_ENTRY void rms_norm_backward_##SUFFIX(const T* dy, const T* x, const T* w,      \
-                                                        T* dx, float* dw, int64_t r0, int64_t r1, \
-                                                        int64_t cols, float eps) {                \
-    rms_norm_backward_rows(dy, x, w, dx, dw, r0, r1, cols, eps);                                  \
-  }                                                                                               \
-  OPFORGE_CPU_ENTRY void rms_norm_backward_##SUFFIX(const T* dy, const T* x, const T* w,      \
-                                                        T* dx, double* dw, int64_t r0,            \
-                                                        int64_t r1, int64_t cols, float eps) {    \
-    rms_norm_backward_rows(dy, x, w, dx, dw, r0, r1, cols, eps);                                  \
-  }                                                                                               \
-  OPFORGE_CPU_ENTRY void add_rms_norm_forward_##SUFFIX(const T* x, const T* r, const T* w, T* y,  \
-                                                       T* h, int64_t r0, int64_t r1, int64_t cols, \
-                                                       float eps) {                               \
-    add_rms_norm_forward_rows(x, r, w, y, h, r0, r1, cols, eps);                                  \
-  }                                                                                               \
-  OPFORGE_CPU_ENTRY void add_rms_norm_backward_##SUFFIX(                                          \
-      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, float* dw,      \
-      int64_t r0, int64_t r1, int64_t cols, float eps) {                                          \
-    add_rms_norm_backward_rows(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, eps);                   \
-  }                                                                                               \
-  OPFORGE_CPU_ENTRY void add_rms_norm_backward_##SUFFIX(                                          \
-      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, double* dw,     \
-      int64_t r0, int64_t r1, int64_t cols, float eps) {                                          \
-    add_rms_norm_backward_rows(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, eps);                   \
+  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t n,      \
+                                                  MATH fn) {                                      \
+    elementwise_backward_loop(dy, x, dx, n, fn);                                                  \
   }
 
-// A gated op's entries for one storage type: the shared gated rows with its gate (math.h) on the
-// CPU's sigmoid.
-#define OPFORGE_DEFINE_GATED_ENTRIES(NAME, GATE, T, SUFFIX)                                       \
+// A gated op's entries: the shared gated rows with its gate on the CPU's sigmoid.
+#define OPFORGE_DEFINE_GATED_ENTRIES(NAME, MATH, T, SUFFIX)                                       \
   OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, T* y, int64_t r0, int64_t r1,      \
-                                                 int64_t d, GATE<FastSigmoid> gate) {             \
+                                                 int64_t d, MATH gate) {                          \
     gated_forward_rows(x, y, r0, r1, d, gate);                                                    \
   }                                                                                               \
   OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t r0,   \
-                                                  int64_t r1, int64_t d, GATE<FastSigmoid> gate) { \
+                                                  int64_t r1, int64_t d, MATH gate) {             \
     gated_backward_rows(dy, x, dx, r0, r1, d, gate);                                              \
   }
 
-// Every gated op: (entry name, gate of math.h).
-#define OPFORGE_FOR_EACH_GATE(X) X(swiglu, SwiGLUGate) X(geglu, GeGLUGate)
+#define OPFORGE_DEFINE_ROW_NORM_ENTRIES(NAME, MATH, T, SUFFIX)                                    \
+  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, const T* w, T* y, int64_t r0,       \
+                                                 int64_t r1, int64_t cols, MATH norm) {           \
+    row_norm_forward_rows(x, w, y, r0, r1, cols, norm);                                           \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, const T* w, T* dx,    \
+                                                  float* dw, int64_t r0, int64_t r1, int64_t cols, \
+                                                  MATH norm) {                                    \
+    row_norm_backward_rows(dy, x, w, dx, dw, r0, r1, cols, norm);                                 \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, const T* w, T* dx,    \
+                                                  double* dw, int64_t r0, int64_t r1,             \
+                                                  int64_t cols, MATH norm) {                      \
+    row_norm_backward_rows(dy, x, w, dx, dw, r0, r1, cols, norm);                                 \
+  }
 
-#define OPFORGE_DEFINE_GATE_ENTRIES(NAME, GATE)              \
-  OPFORGE_DEFINE_GATED_ENTRIES(NAME, GATE, float, f32)       \
-  OPFORGE_DEFINE_GATED_ENTRIES(NAME, GATE, bfloat16, bf16)   \
-  OPFORGE_DEFINE_GATED_ENTRIES(NAME, GATE, double, f64)
+#define OPFORGE_DEFINE_RESIDUAL_ROW_NORM_ENTRIES(NAME, MATH, T, SUFFIX)                           \
+  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, const T* r, const T* w, T* y, T* h, \
+                                                 int64_t r0, int64_t r1, int64_t cols,            \
+                                                 MATH norm) {                                     \
+    residual_row_norm_forward_rows(x, r, w, y, h, r0, r1, cols, norm);                            \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(                                                \
+      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, float* dw,      \
+      int64_t r0, int64_t r1, int64_t cols, MATH norm) {                                          \
+    residual_row_norm_backward_rows(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);             \
+  }                                                                                               \
+  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(                                                \
+      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, double* dw,     \
+      int64_t r0, int64_t r1, int64_t cols, MATH norm) {                                          \
+    residual_row_norm_backward_rows(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);             \
+  }
+
+// An op's entries (or bindings, below) for every storage type.
+#define OPFORGE_FOR_EACH_CPU_TYPE(EACH, NAME, MATH) \
+  EACH(NAME, MATH, float, f32)                      \
+  EACH(NAME, MATH, bfloat16, bf16)                  \
+  EACH(NAME, MATH, double, f64)
+
+#define OPFORGE_ELEMENTWISE_ENTRIES(Name, name) \
+  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_DEFINE_ELEMENTWISE_ENTRIES, name, Name##Math<FastSigmoid>)
+#define OPFORGE_GATED_ENTRIES(Name, name) \
+  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_DEFINE_GATED_ENTRIES, name, Name##Math<FastSigmoid>)
+#define OPFORGE_ROW_NORM_ENTRIES(Name, name) \
+  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_DEFINE_ROW_NORM_ENTRIES, name, Name##Math)
+#define OPFORGE_RESIDUAL_ROW_NORM_ENTRIES(Name, name) \
+  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_DEFINE_RESIDUAL_ROW_NORM_ENTRIES, name, Name##Math)
 
 #if defined(__clang__)
 #pragma clang diagnostic push
 #pragma clang diagnostic ignored "-Wunused-function"
 #endif
-OPFORGE_DEFINE_CPU_ENTRIES(float, f32)
-OPFORGE_DEFINE_CPU_ENTRIES(bfloat16, bf16)
-OPFORGE_DEFINE_CPU_ENTRIES(double, f64)
-OPFORGE_FOR_EACH_GATE(OPFORGE_DEFINE_GATE_ENTRIES)
+OPFORGE_FOR_EACH_ELEMENTWISE_OP(OPFORGE_ELEMENTWISE_ENTRIES)
+OPFORGE_FOR_EACH_GATED_OP(OPFORGE_GATED_ENTRIES)
+OPFORGE_FOR_EACH_ROW_NORM_OP(OPFORGE_ROW_NORM_ENTRIES)
+OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP(OPFORGE_RESIDUAL_ROW_NORM_ENTRIES)
 #if defined(__clang__)
 #pragma clang diagnostic pop
 #endif
-#undef OPFORGE_DEFINE_GATE_ENTRIES
+#undef OPFORGE_ELEMENTWISE_ENTRIES
+#undef OPFORGE_GATED_ENTRIES
+#undef OPFORGE_ROW_NORM_ENTRIES
+#undef OPFORGE_RESIDUAL_ROW_NORM_ENTRIES
+#undef OPFORGE_DEFINE_ELEMENTWISE_ENTRIES
 #undef OPFORGE_DEFINE_GATED_ENTRIES
-#undef OPFORGE_DEFINE_CPU_ENTRIES
+#undef OPFORGE_DEFINE_ROW_NORM_ENTRIES
+#undef OPFORGE_DEFINE_RESIDUAL_ROW_NORM_ENTRIES
 
 }  // namespace detail
 
@@ -430,115 +438,139 @@ OPFORGE_FOR_EACH_GATE(OPFORGE_DEFINE_GATE_ENTRIES)
 constexpr int64_t kStreamMinBytes = int64_t(32) << 20;
 inline bool streaming_pays_off(int64_t output_bytes) { return output_bytes >= kStreamMinBytes; }
 
-// Elementwise ops take a flat range; row ops take rows [row_begin, row_end) of a contiguous
-// [rows, cols] tensor (a gated op: X is [rows, 2d], Y is [rows, d]).
+// An op's functor on the CPU's sigmoid, for the elementwise and gated families: SwishMath{beta},
+// SwiGLUMath{beta}, GeGLUMath{}, ... (math.h)
+template <template <class> class Math>
+using CpuMath = Math<detail::FastSigmoid>;
 
-template <class T>
-void swish_forward(const T* x, T* y, int64_t n, float beta);
-// swish_forward with non-temporal stores, for a large, reused output (swish_forward_streamed_loop;
-// streaming_pays_off says when)
-template <class T>
-void swish_forward_streamed(const T* x, T* y, int64_t n, float beta);
-template <class T>
-void swish_backward(const T* dy, const T* x, T* dx, int64_t n, float beta);
-// A gated op's gate on the CPU's sigmoid: SwiGLUGate{beta}, ...
-template <template <class> class Gate>
-using CpuGate = Gate<detail::FastSigmoid>;
+// Each family's launchers, for the functor of any op of that family (the instances are the
+// multi-versioned entries above). Elementwise ops take a flat range; row ops take rows
+// [row_begin, row_end) of a contiguous [rows, cols] tensor (a gated op: X is [rows, 2d], Y is
+// [rows, d]).
 
-// Gated ops (X [rows, 2d] -> Y [rows, d], Y = gate(A) * B): rows [row_begin, row_end).
+// Elementwise: Y = fn.value(X), dX = dY * fn.slope(X).
+template <class T, class Fn>
+void elementwise_forward(const T* x, T* y, int64_t n, const Fn& fn);
+// elementwise_forward with non-temporal stores, for a large, reused output
+// (elementwise_forward_streamed_loop; streaming_pays_off says when)
+template <class T, class Fn>
+void elementwise_forward_streamed(const T* x, T* y, int64_t n, const Fn& fn);
+template <class T, class Fn>
+void elementwise_backward(const T* dy, const T* x, T* dx, int64_t n, const Fn& fn);
+
+// Gated ops (X [rows, 2d] -> Y [rows, d], Y = gate(A) * B).
 template <class T, class Gate>
 void gated_forward(const T* x, T* y, int64_t row_begin, int64_t row_end, int64_t d, const Gate& gate);
 template <class T, class Gate>
 void gated_backward(const T* dy, const T* x, T* dx, int64_t row_begin, int64_t row_end, int64_t d,
                     const Gate& gate);
-template <class T>
-void rms_norm_forward(const T* x, const T* w, T* y, int64_t row_begin, int64_t row_end,
-                      int64_t cols, float eps);
-template <class T, class Acc>
-void rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, Acc* dw_acc, int64_t row_begin,
-                       int64_t row_end, int64_t cols, float eps);
 
-// H = X + R (rounded to T) and Y = RMSNorm(H, W): rows [row_begin, row_end) of [rows, cols].
-template <class T>
-void add_rms_norm_forward(const T* x, const T* r, const T* w, T* y, T* h, int64_t row_begin,
-                          int64_t row_end, int64_t cols, float eps);
-// dX and dR (the same values) and dW partial sums added into dw_acc, for rows [row_begin, row_end).
-template <class T, class Acc>
-void add_rms_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr,
-                           Acc* dw_acc, int64_t row_begin, int64_t row_end, int64_t cols, float eps);
+// Row norms: Y = X * norm.inverse(mean(X^2)) * W; the backward adds the rows' dW into dw_acc.
+template <class T, class Norm>
+void row_norm_forward(const T* x, const T* w, T* y, int64_t row_begin, int64_t row_end, int64_t cols,
+                      const Norm& norm);
+template <class T, class Acc, class Norm>
+void row_norm_backward(const T* dy, const T* x, const T* w, T* dx, Acc* dw_acc, int64_t row_begin,
+                       int64_t row_end, int64_t cols, const Norm& norm);
 
-#define OPFORGE_BIND_CPU_ENTRIES(T, SUFFIX)                                                        \
+// Residual row norms: H = norm.sum(X, R) (rounded to T) and Y = the row norm of H; the backward
+// gives dX and dR (the same values) and adds the rows' dW into dw_acc.
+template <class T, class Norm>
+void residual_row_norm_forward(const T* x, const T* r, const T* w, T* y, T* h, int64_t row_begin,
+                               int64_t row_end, int64_t cols, const Norm& norm);
+template <class T, class Acc, class Norm>
+void residual_row_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx,
+                                T* dr, Acc* dw_acc, int64_t row_begin, int64_t row_end, int64_t cols,
+                                const Norm& norm);
+
+#define OPFORGE_BIND_ELEMENTWISE_ENTRIES(NAME, MATH, T, SUFFIX)                                   \
   template <>                                                                                      \
-  inline void swish_forward<T>(const T* x, T* y, int64_t n, float beta) {                          \
-    detail::swish_forward_##SUFFIX(x, y, n, beta);                                                 \
+  inline void elementwise_forward<T, MATH>(const T* x, T* y, int64_t n, const MATH& fn) {          \
+    detail::NAME##_forward_##SUFFIX(x, y, n, fn);                                                  \
   }                                                                                                \
   template <>                                                                                      \
-  inline void swish_forward_streamed<T>(const T* x, T* y, int64_t n, float beta) {                 \
-    detail::swish_forward_streamed_##SUFFIX(x, y, n, beta);                                        \
+  inline void elementwise_forward_streamed<T, MATH>(const T* x, T* y, int64_t n, const MATH& fn) { \
+    detail::NAME##_forward_streamed_##SUFFIX(x, y, n, fn);                                         \
   }                                                                                                \
   template <>                                                                                      \
-  inline void swish_backward<T>(const T* dy, const T* x, T* dx, int64_t n, float beta) {           \
-    detail::swish_backward_##SUFFIX(dy, x, dx, n, beta);                                           \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void rms_norm_forward<T>(const T* x, const T* w, T* y, int64_t r0, int64_t r1,            \
-                                  int64_t cols, float eps) {                                       \
-    detail::rms_norm_forward_##SUFFIX(x, w, y, r0, r1, cols, eps);                                 \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void rms_norm_backward<T, float>(const T* dy, const T* x, const T* w, T* dx, float* dw,   \
-                                          int64_t r0, int64_t r1, int64_t cols, float eps) {       \
-    detail::rms_norm_backward_##SUFFIX(dy, x, w, dx, dw, r0, r1, cols, eps);                       \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void rms_norm_backward<T, double>(const T* dy, const T* x, const T* w, T* dx, double* dw, \
-                                           int64_t r0, int64_t r1, int64_t cols, float eps) {      \
-    detail::rms_norm_backward_##SUFFIX(dy, x, w, dx, dw, r0, r1, cols, eps);                       \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void add_rms_norm_forward<T>(const T* x, const T* r, const T* w, T* y, T* h, int64_t r0,  \
-                                      int64_t r1, int64_t cols, float eps) {                       \
-    detail::add_rms_norm_forward_##SUFFIX(x, r, w, y, h, r0, r1, cols, eps);                       \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void add_rms_norm_backward<T, float>(const T* dy, const T* dh, const T* x, const T* r,    \
-                                              const T* w, T* dx, T* dr, float* dw, int64_t r0,     \
-                                              int64_t r1, int64_t cols, float eps) {               \
-    detail::add_rms_norm_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, eps);        \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void add_rms_norm_backward<T, double>(const T* dy, const T* dh, const T* x, const T* r,   \
-                                               const T* w, T* dx, T* dr, double* dw, int64_t r0,   \
-                                               int64_t r1, int64_t cols, float eps) {              \
-    detail::add_rms_norm_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, eps);        \
+  inline void elementwise_backward<T, MATH>(const T* dy, const T* x, T* dx, int64_t n,             \
+                                            const MATH& fn) {                                      \
+    detail::NAME##_backward_##SUFFIX(dy, x, dx, n, fn);                                            \
   }
 
-OPFORGE_BIND_CPU_ENTRIES(float, f32)
-OPFORGE_BIND_CPU_ENTRIES(bfloat16, bf16)
-OPFORGE_BIND_CPU_ENTRIES(double, f64)
-#undef OPFORGE_BIND_CPU_ENTRIES
-
-#define OPFORGE_BIND_GATED_ENTRIES(NAME, GATE, T, SUFFIX)                                         \
+#define OPFORGE_BIND_GATED_ENTRIES(NAME, MATH, T, SUFFIX)                                         \
   template <>                                                                                      \
-  inline void gated_forward<T, CpuGate<GATE>>(const T* x, T* y, int64_t r0, int64_t r1, int64_t d, \
-                                              const CpuGate<GATE>& gate) {                         \
+  inline void gated_forward<T, MATH>(const T* x, T* y, int64_t r0, int64_t r1, int64_t d,          \
+                                     const MATH& gate) {                                           \
     detail::NAME##_forward_##SUFFIX(x, y, r0, r1, d, gate);                                        \
   }                                                                                                \
   template <>                                                                                      \
-  inline void gated_backward<T, CpuGate<GATE>>(const T* dy, const T* x, T* dx, int64_t r0,         \
-                                               int64_t r1, int64_t d, const CpuGate<GATE>& gate) { \
+  inline void gated_backward<T, MATH>(const T* dy, const T* x, T* dx, int64_t r0, int64_t r1,      \
+                                      int64_t d, const MATH& gate) {                               \
     detail::NAME##_backward_##SUFFIX(dy, x, dx, r0, r1, d, gate);                                  \
   }
 
-#define OPFORGE_BIND_GATE_ENTRIES(NAME, GATE)              \
-  OPFORGE_BIND_GATED_ENTRIES(NAME, GATE, float, f32)       \
-  OPFORGE_BIND_GATED_ENTRIES(NAME, GATE, bfloat16, bf16)   \
-  OPFORGE_BIND_GATED_ENTRIES(NAME, GATE, double, f64)
+#define OPFORGE_BIND_ROW_NORM_ENTRIES(NAME, MATH, T, SUFFIX)                                      \
+  template <>                                                                                      \
+  inline void row_norm_forward<T, MATH>(const T* x, const T* w, T* y, int64_t r0, int64_t r1,      \
+                                        int64_t cols, const MATH& norm) {                          \
+    detail::NAME##_forward_##SUFFIX(x, w, y, r0, r1, cols, norm);                                  \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void row_norm_backward<T, float, MATH>(const T* dy, const T* x, const T* w, T* dx,        \
+                                                float* dw, int64_t r0, int64_t r1, int64_t cols,   \
+                                                const MATH& norm) {                                \
+    detail::NAME##_backward_##SUFFIX(dy, x, w, dx, dw, r0, r1, cols, norm);                        \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void row_norm_backward<T, double, MATH>(const T* dy, const T* x, const T* w, T* dx,       \
+                                                 double* dw, int64_t r0, int64_t r1, int64_t cols, \
+                                                 const MATH& norm) {                               \
+    detail::NAME##_backward_##SUFFIX(dy, x, w, dx, dw, r0, r1, cols, norm);                        \
+  }
 
-OPFORGE_FOR_EACH_GATE(OPFORGE_BIND_GATE_ENTRIES)
-#undef OPFORGE_BIND_GATE_ENTRIES
+#define OPFORGE_BIND_RESIDUAL_ROW_NORM_ENTRIES(NAME, MATH, T, SUFFIX)                             \
+  template <>                                                                                      \
+  inline void residual_row_norm_forward<T, MATH>(const T* x, const T* r, const T* w, T* y, T* h,   \
+                                                 int64_t r0, int64_t r1, int64_t cols,             \
+                                                 const MATH& norm) {                               \
+    detail::NAME##_forward_##SUFFIX(x, r, w, y, h, r0, r1, cols, norm);                            \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void residual_row_norm_backward<T, float, MATH>(                                          \
+      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, float* dw,       \
+      int64_t r0, int64_t r1, int64_t cols, const MATH& norm) {                                    \
+    detail::NAME##_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);             \
+  }                                                                                                \
+  template <>                                                                                      \
+  inline void residual_row_norm_backward<T, double, MATH>(                                         \
+      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, double* dw,      \
+      int64_t r0, int64_t r1, int64_t cols, const MATH& norm) {                                    \
+    detail::NAME##_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);             \
+  }
+
+#define OPFORGE_ELEMENTWISE_BINDINGS(Name, name) \
+  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_BIND_ELEMENTWISE_ENTRIES, name, CpuMath<Name##Math>)
+#define OPFORGE_GATED_BINDINGS(Name, name) \
+  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_BIND_GATED_ENTRIES, name, CpuMath<Name##Math>)
+#define OPFORGE_ROW_NORM_BINDINGS(Name, name) \
+  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_BIND_ROW_NORM_ENTRIES, name, Name##Math)
+#define OPFORGE_RESIDUAL_ROW_NORM_BINDINGS(Name, name) \
+  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_BIND_RESIDUAL_ROW_NORM_ENTRIES, name, Name##Math)
+
+OPFORGE_FOR_EACH_ELEMENTWISE_OP(OPFORGE_ELEMENTWISE_BINDINGS)
+OPFORGE_FOR_EACH_GATED_OP(OPFORGE_GATED_BINDINGS)
+OPFORGE_FOR_EACH_ROW_NORM_OP(OPFORGE_ROW_NORM_BINDINGS)
+OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP(OPFORGE_RESIDUAL_ROW_NORM_BINDINGS)
+#undef OPFORGE_ELEMENTWISE_BINDINGS
+#undef OPFORGE_GATED_BINDINGS
+#undef OPFORGE_ROW_NORM_BINDINGS
+#undef OPFORGE_RESIDUAL_ROW_NORM_BINDINGS
+#undef OPFORGE_BIND_ELEMENTWISE_ENTRIES
 #undef OPFORGE_BIND_GATED_ENTRIES
-#undef OPFORGE_FOR_EACH_GATE
+#undef OPFORGE_BIND_ROW_NORM_ENTRIES
+#undef OPFORGE_BIND_RESIDUAL_ROW_NORM_ENTRIES
+#undef OPFORGE_FOR_EACH_CPU_TYPE
 
 }  // namespace cpu
 }  // namespace opforge::kernels

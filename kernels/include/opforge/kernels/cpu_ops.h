@@ -1,11 +1,12 @@
 // Each op's CPU kernels (cpu.h) behind one calling convention, so a layer's glue is written once
 // for every op: X is a RowView (shapes.h) and a call covers rows [r0, r1). An op added to the spec
-// gets one binding here; the layers expand OPFORGE_FOR_EACH_OP. The tensors follow the op's
+// gets one binding here (generated for an op of a launcher family); the layers expand OPFORGE_FOR_EACH_OP. The tensors follow the op's
 // descriptor (shapes.h has_residual / has_weight, nb_outputs): X, R (X's shape) and W in, Y and H
 // (X's shape) out; the ones an op does not have are nullptr.
 #pragma once
 
 #include "opforge/kernels/cpu.h"
+#include "opforge/kernels/functor.h"
 #include "opforge/kernels/shapes.h"
 
 namespace opforge::kernels::cpu {
@@ -34,58 +35,63 @@ struct Backward {  // dX of an op whose only tensor input is X
   AttrValues attrs;  // the op's attributes, in its descriptor's order
 };
 
-struct SwishKernel {
-  static constexpr const OpDesc& desc = kSwishOp;
+// The bindings of each launcher family (math.h: an op's functor <Name>Math; cpu.h: the family's
+// launchers). ops_bindings_generated.h names every op's: `using <Name>Kernel = <Family>Kernel<...>`.
+template <const OpDesc& Desc, template <class> class Math>
+struct ElementwiseKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Fn = CpuMath<Math>;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    (a.stream_y ? swish_forward_streamed<T> : swish_forward<T>)(a.x + r0, a.y + r0, r1 - r0, a.attrs[0]);
+    const Fn fn = functor_of<Fn, Desc>(a.attrs);
+    (a.stream_y ? elementwise_forward_streamed<T, Fn> : elementwise_forward<T, Fn>)(a.x + r0, a.y + r0, r1 - r0, fn);
   }
   template <class T>
   static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
-    swish_backward<T>(a.dy + r0, a.x + r0, a.dx + r0, r1 - r0, a.attrs[0]);
+    elementwise_backward<T, Fn>(a.dy + r0, a.x + r0, a.dx + r0, r1 - r0, functor_of<Fn, Desc>(a.attrs));
   }
 };
 
-struct RMSNormKernel {
-  static constexpr const OpDesc& desc = kRMSNormOp;
+template <const OpDesc& Desc, template <class> class Math>
+struct GatedKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Gate = CpuMath<Math>;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    rms_norm_forward<T>(a.x, a.w, a.y, r0, r1, a.cols, a.attrs[0]);
-  }
-  // backward: dW is a reduction over rows; the layers schedule it themselves (rms_norm_backward).
-};
-
-struct SwiGLUKernel {
-  static constexpr const OpDesc& desc = kSwiGLUOp;
-  template <class T>
-  static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    gated_forward<T>(a.x, a.y, r0, r1, a.cols / 2, CpuGate<SwiGLUGate>{a.attrs[0]});
+    gated_forward<T>(a.x, a.y, r0, r1, a.cols / 2, functor_of<Gate, Desc>(a.attrs));
   }
   template <class T>
   static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
-    gated_backward<T>(a.dy, a.x, a.dx, r0, r1, a.cols / 2, CpuGate<SwiGLUGate>{a.attrs[0]});
+    gated_backward<T>(a.dy, a.x, a.dx, r0, r1, a.cols / 2, functor_of<Gate, Desc>(a.attrs));
   }
 };
 
-struct GeGLUKernel {
-  static constexpr const OpDesc& desc = kGeGLUOp;
+// backward: dW is a reduction over rows; the layers schedule it themselves (row_norm_backward with
+// the op's functor, norm(attrs)).
+template <const OpDesc& Desc, class Math>
+struct RowNormKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Norm = Math;
+  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    gated_forward<T>(a.x, a.y, r0, r1, a.cols / 2, CpuGate<GeGLUGate>{});
-  }
-  template <class T>
-  static void backward(const Backward<T>& a, int64_t r0, int64_t r1) {
-    gated_backward<T>(a.dy, a.x, a.dx, r0, r1, a.cols / 2, CpuGate<GeGLUGate>{});
+    row_norm_forward<T>(a.x, a.w, a.y, r0, r1, a.cols, norm(a.attrs));
   }
 };
 
-struct AddRMSNormKernel {
-  static constexpr const OpDesc& desc = kAddRMSNormOp;
+// backward: as RowNormKernel's (residual_row_norm_backward).
+template <const OpDesc& Desc, class Math>
+struct ResidualRowNormKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Norm = Math;
+  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    add_rms_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, r0, r1, a.cols, a.attrs[0]);
+    residual_row_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, r0, r1, a.cols, norm(a.attrs));
   }
-  // backward: dW is a reduction over rows; the layers schedule it themselves (add_rms_norm_backward).
 };
+
+// SwishKernel, RMSNormKernel, ...: every op of a launcher family (generated from the spec).
+#include "opforge/kernels/ops_bindings_generated.h"
 
 }  // namespace opforge::kernels::cpu

@@ -80,17 +80,19 @@ cudaError_t with_packet(int vec, Launch&& launch) {
   }
 }
 
-// ---- elementwise (Swish) ----------------------------------------------------------------------
+// ---- elementwise (any elementwise op's functor of math.h: value and slope) ---------------------
 
-struct SwishOp {
-  float beta;
-  __device__ float operator()(float x, float) const { return swish(x, beta); }
+template <class Fn>
+struct ValueOp {
+  Fn fn;
+  __device__ float operator()(float x, float) const { return fn.value(x); }
 };
 
 // a = x, b = dy
-struct SwishGradOp {
-  float beta;
-  __device__ float operator()(float x, float dy) const { return swish_grad(dy, x, beta); }
+template <class Fn>
+struct SlopeOp {
+  Fn fn;
+  __device__ float operator()(float x, float dy) const { return dy * fn.slope(x); }
 };
 
 template <class T, int kVec, class Op, int kArgs>
@@ -168,7 +170,7 @@ __global__ void gated_backward_kernel(const T* __restrict__ dy, const T* __restr
                   });
 }
 
-// ---- rows (RMSNorm) ---------------------------------------------------------------------------
+// ---- rows (the row_norm and residual_row_norm families: RMSNorm, AddRMSNorm) -----------------------------------------------------------------------
 
 // Sums each of v[] over the threads of one row group (the blockDim.x threads of a threadIdx.y);
 // every one of them gets the totals, bit for bit the same. Lanes combine by shuffles within
@@ -214,22 +216,22 @@ __device__ __forceinline__ Packet<T, kVec> normalized(Packet<T, kVec> x, Packet<
   return y;
 }
 
-// X + R rounded to T: AddRMSNorm's H, which its norm and its backward read (one rounding, as the
-// CPU kernels do).
-template <int kVec, class T>
-__device__ __forceinline__ Packet<T, kVec> added(Packet<T, kVec> x, Packet<T, kVec> r) {
+// norm.sum(X, R) rounded to T: a residual op's H (AddRMSNorm's X + R), which its norm and its
+// backward read (one rounding, as the CPU kernels do).
+template <int kVec, class T, class Norm>
+__device__ __forceinline__ Packet<T, kVec> added(Packet<T, kVec> x, Packet<T, kVec> r, const Norm& norm) {
   Packet<T, kVec> h;
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) h.v[k] = from_float<T>(residual_sum(to_float(x.v[k]), to_float(r.v[k])));
+  for (int k = 0; k < kVec; ++k) h.v[k] = from_float<T>(norm.sum(to_float(x.v[k]), to_float(r.v[k])));
   return h;
 }
 
 // The row a row kernel normalizes: X's packet p, or with a residual (AddRMSNorm) X + R's.
-template <bool kResidual, int kVec, class T>
+template <bool kResidual, int kVec, class T, class Norm>
 __device__ __forceinline__ Packet<T, kVec> row_input(const Packet<T, kVec>* xr, const Packet<T, kVec>* rr,
-                                                     int64_t p) {
+                                                     int64_t p, const Norm& norm) {
   if constexpr (kResidual) {
-    return added<kVec>(xr[p], rr[p]);
+    return added<kVec>(xr[p], rr[p], norm);
   } else {
     return xr[p];
   }
@@ -240,10 +242,11 @@ __device__ __forceinline__ Packet<T, kVec> row_input(const Packet<T, kVec>* xr, 
 // is read once; otherwise X is read again for the output (from L2 for rows of this size).
 // kResidual (AddRMSNorm): the row is H = X + R, written to h as it is read; r and h are unused
 // otherwise.
-template <class T, int kVec, bool kCached, bool kResidual = false>
+// `norm`: the op's functor (math.h: inverse(mean_square) is the row's scale; sum(x, r) H's element).
+template <class T, int kVec, bool kCached, bool kResidual, class Norm>
 __global__ void __launch_bounds__(ci::kRowForwardThreads, 1)
-    rms_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                            int64_t rows, int64_t cols, int64_t groups, float eps,
+    row_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+                            int64_t rows, int64_t cols, int64_t groups, Norm norm,
                             const T* __restrict__ r, T* __restrict__ h) {
   using P = Packet<T, kVec>;
   __shared__ float scratch[32];
@@ -263,20 +266,20 @@ __global__ void __launch_bounds__(ci::kRowForwardThreads, 1)
         for (int k = 0; k < ci::kRowForwardPackets; ++k) {
           const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
           if (p >= ppr) continue;
-          kept[k] = row_input<kResidual, kVec>(xr, rr, p);
+          kept[k] = row_input<kResidual, kVec>(xr, rr, p, norm);
           if constexpr (kResidual) hr[p] = kept[k];
           add_squares<kVec>(sum[0], kept[k]);
         }
       } else {
         for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
-          const P v = row_input<kResidual, kVec>(xr, rr, p);
+          const P v = row_input<kResidual, kVec>(xr, rr, p, norm);
           if constexpr (kResidual) hr[p] = v;
           add_squares<kVec>(sum[0], v);
         }
       }
     }
     group_sum(sum, scratch);
-    const float inv = rms_inverse(__fdividef(sum[0], float(cols)), eps);
+    const float inv = norm.inverse(__fdividef(sum[0], float(cols)));
     if (!live) return;
     P* yr = reinterpret_cast<P*>(y) + at;
     if constexpr (kCached) {
@@ -328,12 +331,12 @@ __device__ __forceinline__ Packet<T, kVec> input_grad(Packet<T, kVec> x, Packet<
 // kCached: the row's X and dY stay in registers and the partial dW too (each thread owns the same
 // columns on every row of its group); otherwise the partial row is accumulated in place.
 // kResidual (AddRMSNorm): the row is H = X + R, dX gets dH added and dR is written as dX.
-template <class T, int kVec, bool kCached, bool kResidual = false>
+template <class T, int kVec, bool kCached, bool kResidual, class Norm>
 __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
-    rms_norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+    row_norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                              const T* __restrict__ w, T* __restrict__ dx,
                              float* __restrict__ partial_dw, int64_t rows, int64_t cols,
-                             int64_t groups, float eps, const T* __restrict__ r,
+                             int64_t groups, Norm norm, const T* __restrict__ r,
                              const T* __restrict__ dh, T* __restrict__ dr) {
   using P = Packet<T, kVec>;
   constexpr int kKept = kCached ? ci::kRowBackwardPackets : 1;
@@ -358,18 +361,18 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
         for (int k = 0; k < kKept; ++k) {
           const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
           if (p >= ppr) continue;
-          kept_x[k] = row_input<kResidual, kVec>(xr, rr, p);
+          kept_x[k] = row_input<kResidual, kVec>(xr, rr, p, norm);
           kept_g[k] = gr[p];
           add_backward_sums<kVec>(sums, kept_x[k], kept_g[k], wp[p]);
         }
       } else {
         for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
-          add_backward_sums<kVec>(sums, row_input<kResidual, kVec>(xr, rr, p), gr[p], wp[p]);
+          add_backward_sums<kVec>(sums, row_input<kResidual, kVec>(xr, rr, p, norm), gr[p], wp[p]);
         }
       }
     }
     group_sum(sums, scratch);
-    const float inv = rms_inverse(__fdividef(sums[0], float(cols)), eps);
+    const float inv = norm.inverse(__fdividef(sums[0], float(cols)));
     const float coef = __fdividef(sums[1], float(cols)) * inv * inv * inv;  // no underflow
     if (!live) return;
     P* dxr = reinterpret_cast<P*>(dx) + at;
@@ -388,7 +391,7 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
     } else {
       float* partial = partial_dw + group * cols;
       for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
-        const P xv = row_input<kResidual, kVec>(xr, rr, p), gv = gr[p];
+        const P xv = row_input<kResidual, kVec>(xr, rr, p, norm), gv = gr[p];
         dxr[p] = input_grad<kResidual, kVec>(xv, gv, wp[p], inv, coef, dhr, p);
         if constexpr (kResidual) drr[p] = dxr[p];
 #pragma unroll
@@ -440,20 +443,19 @@ __global__ void __launch_bounds__(ci::kDwColumns * kLanes, 1)
 
 }  // namespace detail
 
-template <class T>
-cudaError_t swish_forward(const T* x, T* y, int64_t n, float beta, cudaStream_t s) {
-  return detail::launch_elementwise<T, detail::SwishOp, 1>(detail::SwishOp{beta}, x, nullptr, y,
-                                                           n, s);
+// Any elementwise op (its functor `fn` of math.h): Y = fn.value(X), n elements.
+template <class T, class Fn>
+cudaError_t elementwise_forward(const T* x, T* y, int64_t n, Fn fn, cudaStream_t s) {
+  return detail::launch_elementwise<T, detail::ValueOp<Fn>, 1>(detail::ValueOp<Fn>{fn}, x, nullptr, y, n, s);
 }
 
-template <class T>
-cudaError_t swish_backward(const T* dy, const T* x, T* dx, int64_t n, float beta,
-                           cudaStream_t s) {
-  return detail::launch_elementwise<T, detail::SwishGradOp, 2>(detail::SwishGradOp{beta}, x, dy,
-                                                               dx, n, s);
+// dX = dY * fn.slope(X)
+template <class T, class Fn>
+cudaError_t elementwise_backward(const T* dy, const T* x, T* dx, int64_t n, Fn fn, cudaStream_t s) {
+  return detail::launch_elementwise<T, detail::SlopeOp<Fn>, 2>(detail::SlopeOp<Fn>{fn}, x, dy, dx, n, s);
 }
 
-// X [rows, 2d] -> Y [rows, d], Y = gate(A) * B (math.h's gates: SwiGLUGate, ...)
+// X [rows, 2d] -> Y [rows, d], Y = gate(A) * B (a gated op's functor of math.h: SwiGLUMath<>, ...)
 template <class T, class Gate>
 cudaError_t gated_forward(const T* x, T* y, int64_t rows, int64_t d, Gate gate, cudaStream_t s) {
   if (rows == 0 || d == 0) return cudaSuccess;
@@ -481,43 +483,45 @@ cudaError_t gated_backward(const T* dy, const T* x, T* dx, int64_t rows, int64_t
   });
 }
 
-template <class T>
-cudaError_t rms_norm_forward(const T* x, const T* w, T* y, int64_t rows, int64_t cols, float eps,
+// A row_norm op (its functor `norm` of math.h): Y = X * norm.inverse(mean(X^2)) * W, [rows, cols].
+template <class T, class Norm>
+cudaError_t row_norm_forward(const T* x, const T* w, T* y, int64_t rows, int64_t cols, Norm norm,
                              cudaStream_t s) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const int vec = cuda_index::row_packet_elems(sizeof(T), cols, detail::address_bits(x, w, y));
   return detail::with_packet<T>(vec, [&](auto packet) {
     constexpr int kVec = decltype(packet)::value;
     const cuda_index::RowLaunch l = cuda_index::rms_forward_launch(rows, cols / kVec);
-    const auto kernel = l.cached ? detail::rms_norm_forward_kernel<T, kVec, true>
-                                 : detail::rms_norm_forward_kernel<T, kVec, false>;
+    const auto kernel = l.cached ? detail::row_norm_forward_kernel<T, kVec, true, false, Norm>
+                                 : detail::row_norm_forward_kernel<T, kVec, false, false, Norm>;
     kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(x, w, y, rows, cols,
-                                                                             l.groups, eps, nullptr, nullptr);
+                                                                             l.groups, norm, nullptr, nullptr);
     return cudaGetLastError();
   });
 }
 
-// H = X + R (rounded to T) and Y = RMSNorm(H, W), [rows, cols] each, in one pass over X and R.
-template <class T>
-cudaError_t add_rms_norm_forward(const T* x, const T* r, const T* w, T* y, T* h, int64_t rows,
-                                 int64_t cols, float eps, cudaStream_t s) {
+// A residual_row_norm op: H = norm.sum(X, R) (rounded to T) and Y = the row norm of H, [rows, cols]
+// each, in one pass over X and R.
+template <class T, class Norm>
+cudaError_t residual_row_norm_forward(const T* x, const T* r, const T* w, T* y, T* h, int64_t rows,
+                                      int64_t cols, Norm norm, cudaStream_t s) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const int vec = cuda_index::row_packet_elems(sizeof(T), cols, detail::address_bits(x, r, w, y, h));
   return detail::with_packet<T>(vec, [&](auto packet) {
     constexpr int kVec = decltype(packet)::value;
     const cuda_index::RowLaunch l = cuda_index::rms_forward_launch(rows, cols / kVec);
-    const auto kernel = l.cached ? detail::rms_norm_forward_kernel<T, kVec, true, true>
-                                 : detail::rms_norm_forward_kernel<T, kVec, false, true>;
+    const auto kernel = l.cached ? detail::row_norm_forward_kernel<T, kVec, true, true, Norm>
+                                 : detail::row_norm_forward_kernel<T, kVec, false, true, Norm>;
     kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(x, w, y, rows, cols,
-                                                                             l.groups, eps, r, h);
+                                                                             l.groups, norm, r, h);
     return cudaGetLastError();
   });
 }
 
-// Bytes of the float32 workspace rms_norm_backward needs for X [rows, cols]: one partial dW row
+// Bytes of the float32 workspace row_norm_backward (and residual_row_norm_backward) needs for X [rows, cols]: one partial dW row
 // per row group (cuda_index::dw_groups(rows) <= 512 of them). The caller allocates it (4-byte
 // aligned) on the stream's device; its contents need no initialization.
-inline size_t rms_norm_backward_workspace_size(int64_t rows, int64_t cols) {
+inline size_t row_norm_backward_workspace_size(int64_t rows, int64_t cols) {
   return size_t(cuda_index::dw_groups(rows)) * size_t(cols) * sizeof(float);
 }
 
@@ -525,9 +529,9 @@ namespace detail {
 
 // RMSNorm's backward over rows, with a residual (kResidual: the row is H = X + R, dH is added to dX
 // and dR written as dX) or without; dW through the partial rows of `workspace`, summed in order.
-template <bool kResidual, class T>
+template <bool kResidual, class T, class Norm>
 cudaError_t row_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr,
-                         float* dw, void* workspace, int64_t rows, int64_t cols, float eps,
+                         float* dw, void* workspace, int64_t rows, int64_t cols, Norm norm,
                          cudaStream_t s) {
   if (cols == 0) return cudaSuccess;
   if (rows == 0) return cudaMemsetAsync(dw, 0, size_t(cols) * sizeof(float), s);
@@ -536,10 +540,10 @@ cudaError_t row_backward(const T* dy, const T* dh, const T* x, const T* r, const
   const cudaError_t rows_done = with_packet<T>(vec, [&](auto packet) {
     constexpr int kVec = decltype(packet)::value;
     const cuda_index::RowLaunch l = cuda_index::rms_backward_launch(rows, cols / kVec);
-    const auto kernel = l.cached ? rms_norm_backward_kernel<T, kVec, true, kResidual>
-                                 : rms_norm_backward_kernel<T, kVec, false, kResidual>;
+    const auto kernel = l.cached ? row_norm_backward_kernel<T, kVec, true, kResidual, Norm>
+                                 : row_norm_backward_kernel<T, kVec, false, kResidual, Norm>;
     kernel<<<grid_of(l.launch), block_of(l.launch), 0, s>>>(dy, x, w, dx, partial_dw, rows, cols,
-                                                            l.groups, eps, r, dh, dr);
+                                                            l.groups, norm, r, dh, dr);
     return cudaGetLastError();
   });
   if (rows_done != cudaSuccess) return rows_done;
@@ -550,24 +554,24 @@ cudaError_t row_backward(const T* dy, const T* dh, const T* x, const T* r, const
 
 }  // namespace detail
 
-// dX [rows, cols] and dW [cols] (float32, fully written, also for rows == 0), deterministic:
-// the same bits on every run for the same inputs and pointers' alignment.
-template <class T>
-cudaError_t rms_norm_backward(const T* dy, const T* x, const T* w, T* dx, float* dw,
-                              void* workspace, int64_t rows, int64_t cols, float eps,
-                              cudaStream_t s) {
+// dX [rows, cols] and dW [cols] (float32, fully written, also for rows == 0) of a row_norm op,
+// deterministic: the same bits on every run for the same inputs and pointers' alignment; its
+// workspace is row_norm_backward_workspace_size(rows, cols). The derivative of norm.inverse(m) is
+// taken as -inverse^3 / 2 (an inverse square root's).
+template <class T, class Norm>
+cudaError_t row_norm_backward(const T* dy, const T* x, const T* w, T* dx, float* dw, void* workspace,
+                              int64_t rows, int64_t cols, Norm norm, cudaStream_t s) {
   return detail::row_backward<false, T>(dy, nullptr, x, nullptr, w, dx, nullptr, dw, workspace, rows,
-                                        cols, eps, s);
+                                        cols, norm, s);
 }
 
-// dX and dR [rows, cols] (the same values: RMSNorm's dX at H = X + R, plus dH) and dW [cols]
-// (float32, fully written), deterministic as rms_norm_backward; its workspace is
-// rms_norm_backward_workspace_size(rows, cols).
-template <class T>
-cudaError_t add_rms_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx,
-                                  T* dr, float* dw, void* workspace, int64_t rows, int64_t cols,
-                                  float eps, cudaStream_t s) {
-  return detail::row_backward<true, T>(dy, dh, x, r, w, dx, dr, dw, workspace, rows, cols, eps, s);
+// dX and dR [rows, cols] of a residual_row_norm op (the same values: the row norm's dX at H, plus
+// dH) and dW [cols] (float32, fully written), deterministic as row_norm_backward, with its workspace.
+template <class T, class Norm>
+cudaError_t residual_row_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx,
+                                       T* dr, float* dw, void* workspace, int64_t rows, int64_t cols,
+                                       Norm norm, cudaStream_t s) {
+  return detail::row_backward<true, T>(dy, dh, x, r, w, dx, dr, dw, workspace, rows, cols, norm, s);
 }
 
 }  // namespace opforge::kernels::cuda

@@ -5,6 +5,7 @@
 
 #include "opforge/kernels/attrs.h"
 #include "opforge/kernels/cuda.cuh"
+#include "opforge/kernels/functor.h"
 #include "opforge/kernels/shapes.h"
 
 namespace opforge::kernels::cuda {
@@ -34,57 +35,66 @@ struct Backward {  // dX of an op whose only tensor input is X
   AttrValues attrs;  // the op's attributes, in its descriptor's order
 };
 
-struct SwishKernel {
-  static constexpr const OpDesc& desc = kSwishOp;
+// The bindings of each launcher family (math.h: an op's functor <Name>Math; cuda.cuh: the family's
+// launchers). ops_bindings_generated.h names every op's: `using <Name>Kernel = <Family>Kernel<...>`.
+template <const OpDesc& Desc, template <class> class Math>
+struct ElementwiseKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Fn = Math<Sigmoid>;
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    return swish_forward<T>(a.x, a.y, a.rows * a.cols, a.attrs[0], s);
+    return elementwise_forward<T>(a.x, a.y, a.rows * a.cols, functor_of<Fn, Desc>(a.attrs), s);
   }
   template <class T>
   static cudaError_t backward(const Backward<T>& a, cudaStream_t s) {
-    return swish_backward<T>(a.dy, a.x, a.dx, a.rows * a.cols, a.attrs[0], s);
+    return elementwise_backward<T>(a.dy, a.x, a.dx, a.rows * a.cols, functor_of<Fn, Desc>(a.attrs), s);
   }
 };
 
-struct RMSNormKernel {
-  static constexpr const OpDesc& desc = kRMSNormOp;
+template <const OpDesc& Desc, template <class> class Math>
+struct GatedKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Gate = Math<Sigmoid>;
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    return rms_norm_forward<T>(a.x, a.w, a.y, a.rows, a.cols, a.attrs[0], s);
-  }
-};
-
-struct SwiGLUKernel {
-  static constexpr const OpDesc& desc = kSwiGLUOp;
-  template <class T>
-  static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    return gated_forward<T>(a.x, a.y, a.rows, a.cols / 2, SwiGLUGate<>{a.attrs[0]}, s);
+    return gated_forward<T>(a.x, a.y, a.rows, a.cols / 2, functor_of<Gate, Desc>(a.attrs), s);
   }
   template <class T>
   static cudaError_t backward(const Backward<T>& a, cudaStream_t s) {
-    return gated_backward<T>(a.dy, a.x, a.dx, a.rows, a.cols / 2, SwiGLUGate<>{a.attrs[0]}, s);
+    return gated_backward<T>(a.dy, a.x, a.dx, a.rows, a.cols / 2, functor_of<Gate, Desc>(a.attrs), s);
   }
 };
 
-struct GeGLUKernel {
-  static constexpr const OpDesc& desc = kGeGLUOp;
+// backward: row_norm_backward with norm(attrs) (dW through a workspace the layer allocates).
+template <const OpDesc& Desc, class Math>
+struct RowNormKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Norm = Math;
+  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    return gated_forward<T>(a.x, a.y, a.rows, a.cols / 2, GeGLUGate<>{}, s);
-  }
-  template <class T>
-  static cudaError_t backward(const Backward<T>& a, cudaStream_t s) {
-    return gated_backward<T>(a.dy, a.x, a.dx, a.rows, a.cols / 2, GeGLUGate<>{}, s);
+    return row_norm_forward<T>(a.x, a.w, a.y, a.rows, a.cols, norm(a.attrs), s);
   }
 };
 
-struct AddRMSNormKernel {
-  static constexpr const OpDesc& desc = kAddRMSNormOp;
+// backward: residual_row_norm_backward with norm(attrs).
+template <const OpDesc& Desc, class Math>
+struct ResidualRowNormKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Norm = Math;
+  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    return add_rms_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, a.rows, a.cols, a.attrs[0], s);
+    return residual_row_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, a.rows, a.cols, norm(a.attrs), s);
   }
 };
+
+// SwishKernel, RMSNormKernel, ...: every op of a launcher family (generated from the spec).
+#include "opforge/kernels/ops_bindings_generated.h"
+
+}  // namespace opforge::kernels::cuda
+
+namespace opforge::kernels::cuda {
 
 // Every op's forward kernel, by descriptor: what a runtime plugin launches from untyped buffers.
 // cudaErrorInvalidValue for an op without a CUDA kernel here.

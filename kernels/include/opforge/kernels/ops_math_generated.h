@@ -7,3 +7,9 @@
 #include "opforge/kernels/ops/swiglu.h"
 #include "opforge/kernels/ops/geglu.h"
 #include "opforge/kernels/ops/add_rms_norm.h"
+
+// The ops of each launcher family (OpSpec.family), in spec order: X(Name, torch_name).
+#define OPFORGE_FOR_EACH_ELEMENTWISE_OP(X) X(Swish, swish)
+#define OPFORGE_FOR_EACH_GATED_OP(X) X(SwiGLU, swiglu) X(GeGLU, geglu)
+#define OPFORGE_FOR_EACH_ROW_NORM_OP(X) X(RMSNorm, rms_norm)
+#define OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP(X) X(AddRMSNorm, add_rms_norm)

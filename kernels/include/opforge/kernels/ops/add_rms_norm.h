@@ -1,9 +1,10 @@
 // AddRMSNorm's math (host and device): H = X + R, rounded to the storage type once, then RMSNorm
-// of that H (rms_norm.h). Launch shape: row reduction with a residual (cpu.h's add_rms_norm rows,
-// cuda.cuh's row kernels with kResidual).
+// of that H (rms_norm.h). Family residual_row_norm: cpu.h's and cuda.cuh's residual_row_norm
+// launchers.
 #pragma once
 
 #include "opforge/kernels/math.h"  // the shared math (sigmoid, GateSlope); it includes this file
+#include "opforge/kernels/ops/rms_norm.h"  // rms_inverse
 
 namespace opforge::kernels {
 
@@ -13,5 +14,15 @@ template <class C>
 OPFORGE_HD C residual_sum(C x, C r) {
   return x + r;
 }
+
+// The residual_row_norm family's functor: sum(x, r) is one element of H (its derivative 1 for both),
+// inverse(mean_square) H's row scale as row_norm's.
+struct AddRMSNormMath {
+  float eps;
+  template <class C>
+  OPFORGE_HD C sum(C x, C r) const { return residual_sum(x, r); }
+  template <class C>
+  OPFORGE_HD C inverse(C mean_square) const { return rms_inverse(mean_square, C(eps)); }
+};
 
 }  // namespace opforge::kernels

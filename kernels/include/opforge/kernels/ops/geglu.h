@@ -1,5 +1,5 @@
-// GeGLU's math (host and device): its gate. Launch shape: gated over the last axis (cpu.h and
-// cuda.cuh gated_forward / gated_backward take the gate).
+// GeGLU's math (host and device): its gate. Family gated: the shared gated launchers (cpu.h and
+// cuda.cuh gated_forward / gated_backward) run its gate, the functor <Name>Math.
 #pragma once
 
 #include "opforge/kernels/math.h"  // the shared math (sigmoid, GateSlope); it includes this file
@@ -22,7 +22,7 @@ OPFORGE_GATE_HD C gelu_tanh_twice_inner_slope(C a) {
 }
 
 template <class S = Sigmoid>
-struct GeGLUGate {
+struct GeGLUMath {
   template <class C>
   OPFORGE_GATE_HD C value(C a) const { return a * S{}(gelu_tanh_twice_inner(a)); }
   // gate'(a) = s + a * s * (1 - s) * d(2u)/da; the second term is 0 where the sigmoid saturates

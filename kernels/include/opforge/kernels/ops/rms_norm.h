@@ -1,5 +1,5 @@
-// RMSNorm's math (host and device): the row's inverse root mean square. Launch shape: row
-// reduction (cpu.h's rms_norm rows, cuda.cuh's rms_norm_forward/backward kernels).
+// RMSNorm's math (host and device): the row's inverse root mean square. Family row_norm: Y = X *
+// inverse(mean(X^2)) * W per row, by cpu.h's and cuda.cuh's row_norm launchers.
 #pragma once
 
 #include "opforge/kernels/math.h"  // the shared math (sigmoid, GateSlope); it includes this file
@@ -22,5 +22,14 @@ OPFORGE_HD double rms_inverse(double mean_square, double eps) {
   const double denom = mean_square + eps;
   return denom == 0.0 ? 0.0 : 1.0 / sqrt(denom);
 }
+
+// The row_norm family's functor, its attributes as members: inverse(mean_square) is the row's scale
+// (float on the GPU, double on the CPU). The backward takes its derivative as -inverse^3 / 2 (an
+// inverse square root's).
+struct RMSNormMath {
+  float eps;
+  template <class C>
+  OPFORGE_HD C inverse(C mean_square) const { return rms_inverse(mean_square, C(eps)); }
+};
 
 }  // namespace opforge::kernels
