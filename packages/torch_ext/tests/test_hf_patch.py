@@ -122,6 +122,61 @@ def test_logits_and_gradients_match_hf(family):
     assert grads_diff <= 1e-3
 
 
+# bfloat16: "no farther from float32 than HF's own bfloat16". Two equally exact bfloat16 computations
+# of one model land within about +-2% of each other's distance (HF against opforge on Gemma's with
+# 1 + w exact in bfloat16, seeds 0-2: ratios 0.98-1.02), so the bar is the mean ratio over three
+# seeded models: opforge's distance / HF's <= BF16_BAR. Measured: LLaMA, Mistral, Qwen2, Qwen3
+# 0.90-0.99 (opforge rounds once where HF's norms and MLP round twice).
+BF16_SEEDS = (0, 1, 2)
+BF16_BAR = 1.03
+
+
+def rms_relative(got: torch.Tensor, want: torch.Tensor) -> float:
+    """RMS of the difference over the RMS of `want` (steadier than the maximum for bfloat16)."""
+    return ((got.float() - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()).item()
+
+
+def plus_one_exact_in_bf16(model) -> None:
+    """Gemma's norm weights w moved to the nearest values whose 1 + w bfloat16 holds exactly: the
+    W = 1 + w that opforge's RMSNorm takes in X's dtype is then Gemma's own. (With any w, W rounds
+    to bfloat16 and opforge's logits land farther: issue 31, Build 2, a float32 W beside a
+    bfloat16 X; this test prints those numbers too.)"""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.copy_((1.0 + param).to(torch.bfloat16).float() - 1.0)
+
+
+def bf16_distances(hf, ids) -> tuple:
+    """(HF's bfloat16 logits, opforge's) distances from HF's float32 logits."""
+    with torch.no_grad():
+        want = hf(ids).logits
+        hf_bf16 = copy.deepcopy(hf).to(torch.bfloat16)
+        ours = copy.deepcopy(hf_bf16)
+        opforge_torch.patch(ours)
+        return rms_relative(hf_bf16(ids).logits, want), rms_relative(ours(ids).logits, want)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bf16_is_no_farther_from_fp32_than_hf_bf16(family):
+    gemma, ratios, as_drawn = family.startswith("Gemma"), [], []
+    for seed in BF16_SEEDS:
+        hf, ids = hf_model(family, seed=seed), tokens(4, 32, seed + 1)
+        if gemma:
+            as_drawn.append(bf16_distances(hf, ids))
+            plus_one_exact_in_bf16(hf)
+        theirs, ours = bf16_distances(hf, ids)
+        ratios.append(ours / theirs)
+        print(f"{family} seed {seed}: bf16 logits from fp32 (RMS, relative): HF {theirs:.2e}, "
+              f"opforge {ours:.2e}" + (" (1 + w exact in bf16)" if gemma else ""))
+    for seed, (theirs, ours) in zip(BF16_SEEDS, as_drawn):
+        print(f"{family} seed {seed}, w as drawn (Build 2): HF {theirs:.2e}, opforge {ours:.2e}, "
+              f"ratio {ours / theirs:.2f}")
+    mean = sum(ratios) / len(ratios)
+    print(f"{family}: opforge / HF bf16 distance, mean over seeds {mean:.3f}")
+    assert mean <= BF16_BAR, f"{family}: opforge's bf16 logits {mean:.3f}x HF's distance from fp32"
+
+
 def test_each_op_can_be_left_out():
     hf, ours, counts = patched("LLaMA", add_rms_norm=False, swiglu=False)
     assert counts == {"LlamaRMSNorm -> RMSNorm": 2 * LAYERS + 1}
@@ -196,11 +251,27 @@ def test_refuses_what_it_does_not_know():
     assert opforge_torch.patch(relu, swiglu=False, geglu=False)["LlamaDecoderLayer -> AddRMSNorm"] == LAYERS
 
 
+def test_refuses_a_transformers_model_of_another_family():
+    """Phi-3: RMSNorm and a gated MLP too, but its own classes (a stacked gate_up_proj already):
+    refused in one line naming it, nothing changed."""
+    config = tf.Phi3Config(**SHAPE, pad_token_id=0)
+    torch.manual_seed(0)
+    phi3 = tf.Phi3ForCausalLM(config)
+    with pytest.raises(TypeError) as refused:
+        opforge_torch.patch(phi3)
+    assert str(refused.value).startswith(
+        "opforge_torch.patch: refusing Phi3ForCausalLM "
+        "(transformers.models.phi3.modeling_phi3.Phi3ForCausalLM): not a model opforge knows")
+    assert "\n" not in str(refused.value)
+    assert not any(type(m).__module__.startswith("opforge_torch") for m in phi3.modules())
+
+
 # ---- torch.compile, ONNX export and ONNX Runtime -------------------------------------------------
-# LLaMA and Gemma3: one family of each decoder-layer layout (the fused forwards differ), each
-# through the TorchScript exporter; the slower dynamo exporter (~30 s) and torch.compile (~35 s)
-# once each, one layout apiece.
-EXPORTS = [("LLaMA", False), ("Gemma3", False), ("LLaMA", True)]
+# Every family through torch.compile and both exporters (the acceptance of issue 31 names each):
+# measured on the shared 2-core machine, loaded, about 5-8 s a compile, 6-20 s a dynamo export (the
+# process's first of each the slowest), 1 s a TorchScript export.
+EXPORTS = [(family, dynamo) for family in FAMILIES for dynamo in (False, True)]
+opforge_onnx.reuse_torchlib_registry()  # torchlib's op list built once, not at each dynamo export
 
 
 class OpforgeNodes:
@@ -219,7 +290,7 @@ class OpforgeNodes:
         return self.backend(graph, example_inputs)
 
 
-@pytest.mark.parametrize("family", ["Gemma3"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_compiles_fullgraph_and_trains(family):
     _, ours, counts = patched(family)
     eager = copy.deepcopy(ours)

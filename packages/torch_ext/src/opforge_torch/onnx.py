@@ -6,8 +6,10 @@
   ``custom_translation_table=custom_translation_table()``; needs onnxscript.
 - :func:`export` wraps both. ``decomposed=True`` emits standard ONNX ops instead (valid for
   opsets 13..21: the spec's ``OpSpec.decomposed``, walked by each exporter's emitter), for runtimes
-  without the opforge kernels; ``decomposed="auto"`` only the ops
-  the target runtime fuses from their standard form itself (:data:`RUNTIME_FUSES`).
+  without the opforge kernels; ``decomposed="auto"`` per op the form the
+  export table (:mod:`opforge_torch.export_table`) names for the target runtime, its version and
+  the opset: the opforge node, the standard ONNX op (RMSNormalization-23, Swish-24, SwiGLU-28;
+  dynamo exporter only: the TorchScript exporter writes opsets <= 20) or the decomposed form.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 import types
 from typing import Any, NoReturn
 
@@ -23,7 +26,7 @@ from torch.onnx import symbolic_helper
 
 import opforge_spec
 
-from . import _checks
+from . import _checks, export_table
 from ._checks import attributes as _check_attributes
 
 DOMAIN = opforge_spec.DOMAIN
@@ -33,9 +36,12 @@ OPSET_RANGE = (13, 21)  # standard-ONNX opsets the decomposed graphs are written
 DYNAMO_MIN_OPSET = 18  # the dynamo exporter refuses lower targets
 _FLOAT_TYPES = ("tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)")
 
+_LOG = logging.getLogger(__name__)
 _state: dict[str, frozenset[str]] = {"decomposed": frozenset()}  # names of the ops the TorchScript symbolics decompose
 
-# decomposed="auto": per target runtime, the ops exported in standard ONNX because the runtime
+# Per target runtime, the ops whose decomposed form the runtime fuses itself (decomposed="auto" reads
+# this from the export table's "prefer" entries now, opforge_torch/export_table.json; kept for
+# callers): the ops exported in standard ONNX because the runtime
 # fuses that form itself and its own graph passes know only that form (measured: bench/README.md,
 # "Real models"). ONNX Runtime's CPU EP fuses x*sigmoid(x) into com.microsoft QuickGelu, which its
 # NCHWc layout pass keeps in the blocked layout; around an opforge Swish node (a custom op cannot
@@ -330,6 +336,60 @@ def _decomposed_table():
 
 
 # --------------------------------------------------------------------------------------------
+# The standard ONNX op of an op (decomposed="auto" where the table names it: export_table)
+# --------------------------------------------------------------------------------------------
+def _standard_node(opset_version: int, spec: opforge_spec.OpSpec, fallback):
+    """The op's standard ONNX op at `opset_version` (export_table.write_standard); a call the
+    standard op computes otherwise (export_table.standard_form_refusal: RMSNorm's epsilon 0)
+    takes `fallback`'s form, and the log says so."""
+    from onnxscript import values
+
+    emitter = _DynamoEmitter(values.Opset("", opset_version))
+
+    def translate(*args, **kwargs):
+        bound = inspect.signature(translate).bind(*args, **kwargs)
+        bound.apply_defaults()
+        tensors, attrs = _split_call(spec, tuple(bound.arguments.values()))
+        refusal = export_table.standard_form_refusal(spec.name, dict(zip(spec.attributes, attrs)))
+        if refusal:
+            _LOG.info("opforge_torch.onnx: a %s call keeps its planned fallback form: %s",
+                      spec.name, refusal)
+            return fallback(*args, **kwargs)
+        return export_table.write_standard(emitter, spec.name, *tensors, *attrs)
+
+    return _with_signature(translate, spec)
+
+
+def _planned_table(plan: export_table.ExportPlan) -> dict:
+    """The dynamo translation table of an export plan: each op in its planned form; a standard
+    op's call it cannot take falls back to the opforge node."""
+    table = _translation_table(plan.ops("decomposed"))
+    for spec in opforge_spec.OPS.values():
+        if plan.form(spec.name) == "standard":
+            key = getattr(torch.ops.opforge, spec.torch_name).default
+            table[key] = _standard_node(plan.opset, spec, fallback=table[key])
+    return table
+
+
+def _check_written_opset(path, plan: export_table.ExportPlan) -> None:
+    """The dynamo exporter writes opset 18 and converts it to the asked opset; where its converter
+    knows no adapter for a standard op (RMSNormalization above opset 25 with onnxscript 0.7) it
+    keeps opset 18 and says so only in its log: refused here, the opset named."""
+    import onnx
+
+    standard = plan.ops("standard")
+    if not standard:
+        return
+    written = {o.domain: o.version for o in onnx.load(path, load_external_data=False).opset_import}
+    if written.get("", written.get("ai.onnx")) != plan.opset:
+        raise RuntimeError(
+            f"opforge_torch.onnx.export: opset_version: expected the model written at opset "
+            f"{plan.opset} (the standard op of {', '.join(sorted(standard))}), got opset "
+            f"{written.get('', written.get('ai.onnx'))}: the dynamo exporter could not convert "
+            f"it; pass a lower opset_version or decomposed=False")
+
+
+# --------------------------------------------------------------------------------------------
 # The .out overloads: exported as the op itself, its results flowing to the written tensors
 # --------------------------------------------------------------------------------------------
 # An .out call returns nothing: an exporter that records it as is has no value for the later uses of
@@ -479,18 +539,36 @@ def _decomposed(ops: frozenset):
         _state["decomposed"] = previous
 
 
-def decomposed_ops(decomposed: bool | str, runtime: str = "onnxruntime") -> frozenset:
+def default_opset(dynamo: bool = True) -> int:
+    """The opset torch's exporters write when not given one."""
+    from torch.onnx import _constants
+
+    return getattr(_constants, "ONNX_DEFAULT_OPSET", DYNAMO_MIN_OPSET)
+
+
+def export_plan(runtime: str = "onnxruntime", runtime_version: str | None = None,
+                opset: int | None = None) -> export_table.ExportPlan:
+    """What ``export(..., decomposed="auto", runtime=..., runtime_version=...,
+    opset_version=opset)`` writes per op, and why (``str()`` of it is the report; ``export``
+    logs it at INFO). ``runtime_version=None``: the installed runtime's version, else the
+    table's oldest row."""
+    return export_table.plan(runtime, runtime_version, opset or default_opset())
+
+
+def decomposed_ops(decomposed: bool | str, runtime: str = "onnxruntime",
+                   runtime_version: str | None = None, opset: int | None = None) -> frozenset:
     """The names of the ops that ``export(..., decomposed=decomposed, runtime=runtime)`` writes
-    in standard ONNX ops."""
+    in their decomposed form (``export_plan`` has every op's form for ``"auto"``)."""
     if decomposed is True or decomposed is False:
         return frozenset(opforge_spec.OPS) if decomposed else frozenset()
-    if decomposed != "auto":
+    _check_decomposed(decomposed)
+    return export_plan(runtime, runtime_version, opset).ops("decomposed")
+
+
+def _check_decomposed(decomposed) -> None:
+    if decomposed not in (True, False, "auto"):
         raise ValueError(f"opforge_torch.onnx.export: decomposed: expected True, False or 'auto', "
                          f"got {decomposed!r}")
-    if runtime not in RUNTIME_FUSES:
-        raise ValueError(f"opforge_torch.onnx.export: runtime: expected one of "
-                         f"{', '.join(sorted(RUNTIME_FUSES))}, got {runtime!r}")
-    return RUNTIME_FUSES[runtime]
 
 
 def _translation_table(ops: frozenset) -> dict:
@@ -526,19 +604,20 @@ def _opforge_errors_first():
 
 
 def export(model, args, path, *, decomposed: bool | str = False, runtime: str = "onnxruntime",
-           dynamo: bool | None = None, **kw):
+           runtime_version: str | None = None, dynamo: bool | None = None, **kw):
     """Exports ``model(*args)`` to ``path`` and returns ``path``.
 
     ``dynamo=None`` (default) picks torch's recommended dynamo exporter (torch.export + the custom
     translation table), except for ``opset_version`` < 18, which only the TorchScript exporter
     writes; ``dynamo=False`` forces the TorchScript exporter (registered symbolics).
-    ``decomposed=True`` writes standard ONNX ops only; ``decomposed="auto"`` writes standard ops
-    for the ops that ``runtime`` ("onnxruntime", "tensorrt") fuses from them itself
-    (:data:`RUNTIME_FUSES`) and one opforge node for every other call. Other keywords (``opset_version``,
+    ``decomposed=True`` writes standard ONNX ops only; ``decomposed="auto"`` writes each op in the
+    form the export table names for ``runtime`` ("onnxruntime", "tensorrt") at ``runtime_version``
+    (None: the installed one's) and the opset: the opforge node, the standard ONNX op or the
+    decomposed form (:func:`export_plan` says which and why; logged at INFO). Other keywords (``opset_version``,
     ``input_names``, ``dynamic_axes`` / ``dynamic_shapes``, ...) go to ``torch.onnx.export``.
     """
     args = args if isinstance(args, tuple) else (args,)
-    ops = decomposed_ops(decomposed, runtime)
+    _check_decomposed(decomposed)
     opset = kw.get("opset_version")
     if dynamo is None:
         dynamo = opset is None or opset >= DYNAMO_MIN_OPSET
@@ -547,10 +626,17 @@ def export(model, args, path, *, decomposed: bool | str = False, runtime: str = 
             f"opforge_torch.onnx.export: opset_version: expected >= {DYNAMO_MIN_OPSET} with the "
             f"dynamo exporter, got {opset}; pass dynamo=False (TorchScript exporter) for opsets "
             f"{OPSET_RANGE[0]}..{DYNAMO_MIN_OPSET - 1}")
+    plan = export_plan(runtime, runtime_version, opset) if decomposed == "auto" else None
+    if plan is not None:
+        _LOG.info("%s", plan)
+    ops = plan.ops("decomposed") if plan else decomposed_ops(decomposed)
     if dynamo:
-        table = {**_translation_table(ops), **kw.pop("custom_translation_table", {})}
+        planned = _planned_table(plan) if plan else _translation_table(ops)
+        table = {**planned, **kw.pop("custom_translation_table", {})}
         with _opforge_errors_first():
             torch.onnx.export(model, args, path, dynamo=True, custom_translation_table=table, **kw)
+        if plan is not None:
+            _check_written_opset(path, plan)
         return path
     with _decomposed(ops):
         custom = {} if ops == frozenset(opforge_spec.OPS) else {DOMAIN: DOMAIN_VERSION}
