@@ -1,7 +1,9 @@
 """How far each tensor may lie from its expected value.
 
 Every node has a budget of its own: an opforge op the op spec's tolerance for the dtype
-(`opforge_spec`, the same bar every layer's tests use); a standard op the per-dtype default below;
+(`opforge_spec`, the same bar every layer's tests use), and so does the standard ONNX op that
+computes one (STANDARD_EQUIVALENTS: what an export's decomposed="auto" writes where the runtime has
+it); any other standard op the per-dtype default below;
 an op that only moves or selects values (EXACT_OPS) none. A tensor's budget adds its node's own to
 the largest budget among the node's inputs in quadrature - rounding errors of a chain of ops grow
 like a random walk, so a chain of n default ops gets sqrt(n) times the default. Graph inputs and
@@ -24,6 +26,10 @@ from .errors import AlignError
 # (exp, division); float16/bfloat16: torch.testing's defaults; float64: the spec's float64 bar.
 DEFAULTS = {"float64": (1e-12, 1e-15), "float32": (1e-5, 1e-6),
             "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5)}
+
+# ai.onnx ops that compute an opforge op (RMSNormalization-23, Swish-24, SwiGLU-28): judged by that
+# op's spec tolerance (RMSNormalization's row reduction may sum in another order than opforge's)
+STANDARD_EQUIVALENTS = {"RMSNormalization": "RMSNorm", "Swish": "Swish", "SwiGLU": "SwiGLU"}
 
 # Ops whose output holds input values unchanged: they add no error of their own.
 EXACT_OPS = frozenset({
@@ -79,6 +85,8 @@ def own_budget(op: str, dtype: str | None) -> tuple:
     domain, _, name = op.rpartition("::")
     if domain == spec.DOMAIN and name in spec.OPS:
         return spec.OPS[name].tolerance(dtype)
+    if not domain and op in STANDARD_EQUIVALENTS:
+        return spec.OPS[STANDARD_EQUIVALENTS[op]].tolerance(dtype)
     if not domain and op in EXACT_OPS:
         return 0.0, 0.0
     return DEFAULTS[dtype]
@@ -109,6 +117,8 @@ def _rule(op: str, dtype: str | None, has_upstream: bool) -> str:
     domain, _, name = op.rpartition("::")
     if domain == spec.DOMAIN and name in spec.OPS:
         own = f"{op} spec {dtype}"
+    elif not domain and op in STANDARD_EQUIVALENTS:
+        own = f"{op} as {spec.DOMAIN}::{STANDARD_EQUIVALENTS[op]} spec {dtype}"
     elif not domain and op in EXACT_OPS:
         own = "exact op"
     else:

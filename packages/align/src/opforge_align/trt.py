@@ -18,6 +18,13 @@ from .errors import AlignError
 
 H2D, D2H = 1, 2  # cudaMemcpyKind
 
+# Standard ONNX ops that compute an opforge op (an export's decomposed="auto" writes them where the
+# runtime has them) and the TensorRT version whose ONNX parser takes each natively, no plugin
+# needed, by TensorRT's documentation (not checked by building an engine here): RMSNormalization-23
+# a native RMSNorm from 10.15, Swish-24 from 11.0; SwiGLU-28 is in no version's list.
+NATIVE_SINCE: dict[str, tuple[int, ...] | None] = {
+    "RMSNormalization": (10, 15), "Swish": (11, 0), "SwiGLU": None}
+
 
 def unavailable() -> str | None:
     """Why TensorRT cannot run here ("TensorRT unavailable: ..."), or None."""
@@ -41,11 +48,40 @@ def gpu_count() -> int:
     return count.value
 
 
+def needs_plugin(proto) -> bool:
+    """Whether the model has opforge nodes (its standard ops need no plugin)."""
+    return any(node.domain == spec.DOMAIN for node in proto.graph.node)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in text.split(".")[:2])
+
+
+def native_op_refusal(proto, version: str) -> str | None:
+    """Why TensorRT `version` cannot parse the model's standard opforge-equivalent ops (the first
+    such node named, the version it needs), or None."""
+    for node in proto.graph.node:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in NATIVE_SINCE:
+            continue
+        since = NATIVE_SINCE[node.op_type]
+        if since is None:
+            return (f"node {node.name or node.op_type}: TensorRT parses no {node.op_type} (no "
+                    f"version documents it); export it as the opforge node or decomposed")
+        if _version(version) < since:
+            return (f"node {node.name or node.op_type}: {node.op_type} needs TensorRT >= "
+                    f"{'.'.join(map(str, since))}, got {version}; export with decomposed='auto', "
+                    f"runtime='tensorrt', runtime_version='{version}'")
+    return None
+
+
 def run(model, proto, feeds: dict, names: list) -> dict:
     import tensorrt as trt
 
     logger = trt.Logger(trt.Logger.ERROR)
-    if model.has_domain(spec.DOMAIN):
+    refusal = native_op_refusal(proto, trt.__version__)
+    if refusal:
+        raise AlignError(f"{model.path}: trt: {refusal}")
+    if needs_plugin(proto):
         _load_plugins(model, trt)
     engine = _build(model, proto, feeds, trt, logger)
     context = engine.create_execution_context()
