@@ -98,6 +98,20 @@ int64_t volume(const Dims& dims) {
   return n;
 }
 
+// X as rows (shapes.h row_view), a row op's X without columns included: its rows still exist and
+// a per-row output (RMSNormQuant's scale, [..., 1]) has a value for each.
+kernels::RowView rows_of(const kernels::OpDesc& op, const Dims& x) {
+  kernels::RowView v = kernels::row_view(op, x.d, x.nbDims);
+  if (op.layout == kernels::Layout::kRows && x.nbDims >= 1 && v.cols == 0) v.rows = kernels::element_count(x.d, x.nbDims - 1);
+  return v;
+}
+
+bool all_empty(const nvinfer1::PluginTensorDesc* outputs, int32_t count) {
+  for (int32_t i = 0; i < count; ++i)
+    if (volume(outputs[i].dims) != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 // ---- IPluginV3 ------------------------------------------------------------------------------
@@ -144,7 +158,7 @@ int32_t Plugin::getOutputDataTypes(DataType* outputTypes, int32_t nbOutputs, con
   }
   for (int32_t i = 1; i < nbInputs; ++i) {
     if (inputTypes[i] != inputTypes[0]) {
-      report(spec_->name, nth_name(spec_->inputs, i), type_name(inputTypes[0]) + " tensor (same type as X)",
+      report(spec_->name, nth_name(spec_->inputs, i), type_name(inputTypes[0]) + " tensor (same dtype as X)",
              type_name(inputTypes[i]) + " tensor");
       return -1;
     }
@@ -252,7 +266,7 @@ int32_t Plugin::check_dims(const nvinfer1::PluginTensorDesc* in) const noexcept 
   return check_dims(dims);
 }
 
-int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinfer1::PluginTensorDesc*,
+int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinfer1::PluginTensorDesc* outputDesc,
                         const void* const* inputs, void* const* outputs, void*, cudaStream_t stream) noexcept {
   cuda::Element element;
   if (!to_element(inputDesc[0].type, &element)) {
@@ -263,14 +277,14 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
   // here too, before any launch.
   if (check_dims(inputDesc) != 0) return -1;
   const Dims& x = inputDesc[0].dims;
-  if (volume(x) == 0) return 0;  // empty X (cols may be 0): nothing to do
+  const kernels::RowView v = rows_of(*spec_, x);
+  if (v.rows == 0 || all_empty(outputDesc, spec_->nb_outputs)) return 0;  // nothing to write
   // Before the first launch on a device: a GPU this build has no code for is named, never left to
   // "no kernel image is available".
   if (const std::string& arch = cuda::arch_error(); !arch.empty()) {
     log(nvinfer1::ILogger::Severity::kERROR, std::string("opforge.") + spec_->name + ": " + arch);
     return -1;
   }
-  const kernels::RowView v = kernels::row_view(*spec_, x.d, x.nbDims);
   // inputs X[, R][, W] and outputs Y[, H], in the descriptor's order, as TensorRT hands them over
   const cudaError_t status = cuda::forward(*spec_, element, inputs, outputs, v.rows, v.cols, attrs_, stream);
   if (status != cudaSuccess) {

@@ -49,17 +49,25 @@ def _Logger(trt):
 
 
 ONNX_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
+# an output's own dtype (RMSNormQuant's Q, int8 or float8; its scale, float32): the network is
+# strongly typed, so TensorRT takes the plugin's types and needs no dynamic range for the int8 Q
+OUTPUT_TYPES = {**ONNX_TYPES, "int8": TensorProto.INT8, "float8_e4m3fn": TensorProto.FLOAT8E4M3FN}
+
+
+def _attribute(op, name: str, value):
+    """As the exporters write it: INT for an int or enum attribute, FLOAT otherwise."""
+    return int(value) if op.attributes[name].kind != "float" else float(value)
 
 
 def _model(op, dtype: str, inputs: list, **attrs) -> bytes:
     """One opforge node with the op's inputs (X[, R][, W], of these arrays' shapes) and outputs
-    (Y[, H], shapes left to TensorRT's inference) as the graph's."""
-    attrs = {k: float(v) for k, v in attrs.items()}  # FLOAT attributes, as the exporters write them
-    node = helper.make_node(op.name, list(op.inputs), list(op.outputs), domain="opforge", name=f"{op.name}_0", **attrs)
+    (each of its dtype, shapes left to TensorRT's inference) as the graph's."""
+    node = helper.make_node(op.name, list(op.inputs), list(op.outputs), domain="opforge", name=f"{op.name}_0",
+                            **{k: _attribute(op, k, v) for k, v in attrs.items()})
     graph = helper.make_graph(
         [node], f"{op.name}_graph",
         [helper.make_tensor_value_info(n, ONNX_TYPES[dtype], list(np.shape(a))) for n, a in zip(op.inputs, inputs)],
-        [helper.make_tensor_value_info(n, ONNX_TYPES[dtype], None) for n in op.outputs])
+        [helper.make_tensor_value_info(n, OUTPUT_TYPES[op.output_dtype(n, dtype, attrs)], None) for n in op.outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("opforge", 1)])
     return model.SerializeToString()
 
@@ -78,11 +86,19 @@ def _engine(trt, model: bytes, logger):
 
 
 def _output_shapes(op, x_shape) -> list:
-    """Y by the op's shape rule, then H (a second output) of X's shape."""
-    return [spec.output_shape(op, x_shape)] + [tuple(x_shape)] * (len(op.outputs) - 1)
+    """Each output's shape by its rule (Y the op's, H X's, a per-row scale X's with the last dim 1)."""
+    return [tuple(op.output_shape_of(name, x_shape)) for name in op.outputs]
 
 
-def _execute(trt, engine, op, inputs: list, dtype):
+def _numpy_dtype(name: str):
+    if name == "float8_e4m3fn":  # numpy has none: ml_dtypes' (onnx depends on it)
+        import ml_dtypes
+
+        return ml_dtypes.float8_e4m3fn
+    return np.dtype(name)
+
+
+def _execute(trt, engine, op, inputs: list, dtype, attrs=None):
     """The op's outputs (one array, or a tuple Y, H) from one execution of the engine."""
     cudart = _cudart()
     cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
@@ -101,7 +117,8 @@ def _execute(trt, engine, op, inputs: list, dtype):
         ptr = device(a.nbytes)
         assert cudart.cudaMemcpy(ptr, a.ctypes.data, a.nbytes, 1) == 0  # host to device
         context.set_tensor_address(name, ptr.value)
-    outputs = [np.empty(shape, dtype) for shape in _output_shapes(op, np.shape(inputs[0]))]
+    outputs = [np.empty(shape, _numpy_dtype(op.output_dtype(name, dtype, attrs)))
+               for name, shape in zip(op.outputs, _output_shapes(op, np.shape(inputs[0])))]
     pointers = [device(y.nbytes) for y in outputs]
     for name, ptr in zip(op.outputs, pointers):
         context.set_tensor_address(name, ptr.value)
@@ -127,8 +144,11 @@ def test_engine_matches_the_spec(trt, op, dtype, case):
     run: each output (Y[, H]) against the float64 reference."""
     engine, errors = _engine(trt, _model(op, dtype, list(case.inputs), **case.attrs), _Logger(trt))
     assert engine is not None, errors
-    actual = _execute(trt, engine, op, list(case.inputs), dtype)
-    op.check_close(actual, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
+    actual = _execute(trt, engine, op, list(case.inputs), dtype, case.attrs)
+    if isinstance(actual, tuple):  # float8 (ml_dtypes) read as float32 for the comparison
+        actual = tuple(a.astype(np.float32) if a.dtype.name == "float8_e4m3fn" else a for a in actual)
+    op.check_close(actual, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name,
+                   attrs=case.attrs)
 
 
 def _bad_shape_cases():

@@ -19,7 +19,8 @@ CHECKS = ["creators", "roundtrip", "bad_fields", "formats", "shapes", "configure
           # field collections from outside (ONNX attributes, an engine's serialized state)
           "serialized_state", "field_structure", "float32_rule",
           "swiglu",  # output shape d from the symbolic [..., 2d], odd last dim and rank 0 refused
-          "residual"]  # AddRMSNorm: X, R, W -> Y, H through every call that sees them; a wrong R refused
+          "residual",  # AddRMSNorm: X, R, W -> Y, H through every call that sees them; a wrong R refused
+          "quant"]  # RMSNormQuant: Q int8/fp8 and Scale float32 [..., 1], quant_dtype an int32 field
 
 
 def _run(host, check, *extra):
@@ -27,7 +28,14 @@ def _run(host, check, *extra):
                           timeout=60)
 
 
-@pytest.mark.parametrize("check", CHECKS)
+def _checks() -> list:
+    """CHECKS, the quant check where the spec has its op (RMSNormQuant)."""
+    has_quant = opforge_spec is not None and "RMSNormQuant" in opforge_spec.OPS
+    return [pytest.param(c, marks=pytest.mark.skipif(c == "quant" and not has_quant, reason="no RMSNormQuant in the spec"))
+            for c in CHECKS]
+
+
+@pytest.mark.parametrize("check", _checks())
 def test_host_check(host, check):
     run = _run(host, check)
     assert run.returncode == 0, run.stdout + run.stderr  # a crash is a negative status
@@ -82,6 +90,14 @@ def _exact_in_float32(value: float) -> bool:
     return opforge_spec.finite_in_float32(value) and float(np.float32(value)) == value
 
 
+def _encodings(attr, value) -> list:
+    """The plugin fields a value can be given as: an int or enum attribute an int32 field (an
+    INT attribute through TensorRT's ONNX parser), a float one float64 and, where exact, float32."""
+    if attr.kind != "float":
+        return [("i32", int(value))]
+    return [("f64", value)] + ([("f32", value)] if _exact_in_float32(value) else [])
+
+
 def _create(host, op_name, phase, *fields):
     run = _run(host, "create", op_name, phase, *fields)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -95,42 +111,60 @@ def test_spec_attribute_bad_cases(host, op, case, phase):
     """Every bad attribute of the spec is refused in both phases with the spec's own message; as a
     float64 field the value is reported as itself (1e+300), as a float32 field as its float32."""
     (name, value), = case.attrs.items()
-    encodings = [("f64", value)]
-    if _exact_in_float32(value):
-        encodings.append(("f32", value))
+    encodings = _encodings(op.attributes[name], value)
+    others = [_default_field(a) for n, a in op.attributes.items() if n != name]  # a complete state
     for kind, v in encodings:
-        out = _create(host, op.name, phase, f"{name}={kind}:{v!r}", "format_version=i32:1")
+        out = _create(host, op.name, phase, f"{name}={kind}:{v!r}", *others, "format_version=i32:1")
         assert "refused" in out, out
         assert op.attributes[name].error(op.name, v) in out, out
         for mention in case.mentions:
             assert mention in out, out
 
 
-def _ops_with_attributes():
-    return [name for name, op in opforge_spec.OPS.items() if op.attributes] if opforge_spec else []
+def _attributes():
+    return [(op.name, name) for op in opforge_spec.OPS.values() for name in op.attributes] if opforge_spec else []
+
+
+def _good_field(attr) -> tuple:
+    """(the field giving a valid value other than the usual default, that value as printed)."""
+    if attr.kind == "enum":
+        value = max(attr.choices.values())
+        return f"{attr.name}=i32:{value}", str(value)
+    if attr.kind == "int":
+        return f"{attr.name}=i32:{int(attr.default) + 1}", str(int(attr.default) + 1)
+    return f"{attr.name}=f64:0.125", "0.125"
 
 
 @needs_spec
 @pytest.mark.parametrize("phase", ["build", "runtime"])
-@pytest.mark.parametrize("op_name", _ops_with_attributes())
-def test_spec_attribute_defaults_and_good_values(host, op_name, phase):
-    """A good value passes in both phases; an absent one is the spec's default at build time only."""
+@pytest.mark.parametrize("op_name,name", _attributes())
+def test_spec_attribute_defaults_and_good_values(host, op_name, name, phase):
+    """A good value passes in both phases; an absent one is the spec's default at build time only
+    (the op's other attributes given, as an engine's state holds them all)."""
     op = opforge_spec.OPS[op_name]
-    (name, attr), = op.attributes.items()
-    out = _create(host, op_name, phase, f"{name}=f64:0.125", "format_version=i32:1")
-    assert f"created {name}=0.125" in out, out
-    absent = _run(host, "create", op_name, phase, "format_version=i32:1").stdout
+    attr = op.attributes[name]
+    others = [_default_field(a) for n, a in op.attributes.items() if n != name]
+    field, printed = _good_field(attr)
+    out = _create(host, op_name, phase, field, *others, "format_version=i32:1")
+    assert f"created {name}={printed}" in out, out
+    absent = _run(host, "create", op_name, phase, *others, "format_version=i32:1").stdout
     if phase == "build":  # an ONNX node without the attribute: the spec's default, as ONNX does
         assert f"created {name}={opforge_spec.format_number(float(np.float32(attr.default)))}" in absent, absent
     else:  # an engine's state without it is incomplete
-        assert "refused" in absent and f"opforge.{op_name}: {name}: expected one serialized float32 field" in absent
+        kind = "float32" if attr.kind == "float" else "int32"
+        assert "refused" in absent and f"opforge.{op_name}: {name}: expected one serialized {kind} field" in absent
+
+
+def _default_field(attr) -> str:
+    return f"{attr.name}=f64:{attr.default!r}" if attr.kind == "float" else f"{attr.name}=i32:{int(attr.default)}"
 
 
 # ---- every op of the spec: its fields, its outputs, its cases and bad inputs through the calls
 # TensorRT makes (`describe`, `infer` in trt_host.cc) ----------------------------------------
 
-TRT_TYPES = {"float32": 0, "float16": 1, "int32": 3, "bfloat16": 7, "int64": 8}  # nvinfer1::DataType
-FLOAT32_FIELD = 1  # nvinfer1::PluginFieldType::kFLOAT32
+TRT_TYPES = {"float32": 0, "float16": 1, "int8": 2, "int32": 3, "float8_e4m3fn": 6, "bfloat16": 7,
+             "int64": 8}  # nvinfer1::DataType
+FLOAT32_FIELD, INT32_FIELD = 1, 5  # nvinfer1::PluginFieldType::kFLOAT32, kINT32
 
 
 def _ops():
@@ -164,8 +198,8 @@ def test_creator_fields_and_outputs_follow_the_spec(host, op):
     run = _run(host, "describe", op.name)
     assert run.returncode == 0, run.stdout + run.stderr
     fields = [line.split()[1:] for line in run.stdout.splitlines() if line.startswith("field ")]
-    expected = [[name, str(FLOAT32_FIELD), "1", opforge_spec.format_number(float(np.float32(attr.default)))]
-                for name, attr in op.attributes.items()]
+    expected = [[name, str(FLOAT32_FIELD if attr.kind == "float" else INT32_FIELD), "1",
+                 opforge_spec.format_number(float(np.float32(attr.default)))] for name, attr in op.attributes.items()]
     assert fields == expected, run.stdout
     assert f"outputs {len(op.outputs)}" in run.stdout.splitlines(), run.stdout
 
@@ -178,18 +212,22 @@ def _cases():
 @needs_spec
 @pytest.mark.parametrize("op,dtype,case", _cases())
 def test_spec_cases_infer_every_output(host, op, dtype, case):
-    """Each case's tensors pass every build and runtime call; the outputs are Y (the spec's
-    output_shape) then H (X's shape) for an op with two, all of X's type."""
+    """Each case's tensors pass every build and runtime call; each output has its shape rule (Y the
+    op's, H X's, a per-row scale X's with the last dim 1) and its type (X's, or its own: the
+    attributes' defaults, as `infer` creates the plugin)."""
     outputs, verdict, text = _infer(host, op, case.inputs, dtype)
     x_shape = np.shape(case.inputs[0])
-    wanted = [opforge_spec.output_shape(op, x_shape)] + [x_shape] * (len(op.outputs) - 1)
+    wanted = [(TRT_TYPES[op.output_dtype(name, dtype)], tuple(op.output_shape_of(name, x_shape)))
+              for name in op.outputs]
     assert verdict == "accepted", text
-    assert outputs == [(TRT_TYPES[dtype], tuple(shape)) for shape in wanted], text
+    assert outputs == wanted, text
 
 
 def _shape_and_type_bad_cases():
+    """The spec's bad inputs a TensorRT network can hold (it has no float64 tensor: a float64 W is
+    refused by the ONNX parser before any plugin sees it)."""
     return [pytest.param(op, case, id=f"{op.name}-{case.name}") for op in _ops() for case in op.bad_cases()
-            if not case.attrs]
+            if not case.attrs and all(np.asarray(a).dtype.name in TRT_TYPES for a in case.inputs)]
 
 
 @needs_spec

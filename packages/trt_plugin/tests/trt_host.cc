@@ -417,7 +417,7 @@ void check_formats() {
   expect(build(rms.get())->getOutputDataTypes(&out, 1, half, 2) == 0 && out == DataType::kHALF, "output type = input type");
   const DataType mixed[2] = {DataType::kFLOAT, DataType::kHALF};
   expect(build(rms.get())->getOutputDataTypes(&out, 1, mixed, 2) != 0 &&
-             g_logger.said("opforge.RMSNorm: W: expected float32 tensor (same type as X), got float16 tensor"),
+             g_logger.said("opforge.RMSNorm: W: expected float32 tensor (same dtype as X), got float16 tensor"),
          "W of another type: getOutputDataTypes fails with the message");
   const DataType ints[1] = {DataType::kINT32};
   expect(build(swish.get())->getOutputDataTypes(&out, 1, ints, 1) != 0 &&
@@ -516,11 +516,11 @@ void check_residual_types(IPluginV3* add) {
          "AddRMSNorm Y and H take X's type");
   const DataType mixed_r[3] = {DataType::kFLOAT, DataType::kHALF, DataType::kFLOAT};
   expect(build(add)->getOutputDataTypes(out, 2, mixed_r, 3) != 0 &&
-             g_logger.said_error("opforge.AddRMSNorm: R: expected float32 tensor (same type as X), got float16 tensor"),
+             g_logger.said_error("opforge.AddRMSNorm: R: expected float32 tensor (same dtype as X), got float16 tensor"),
          "R of another type: getOutputDataTypes names R");
   const DataType mixed_w[3] = {DataType::kHALF, DataType::kHALF, DataType::kFLOAT};
   expect(build(add)->getOutputDataTypes(out, 2, mixed_w, 3) != 0 &&
-             g_logger.said_error("opforge.AddRMSNorm: W: expected float16 tensor (same type as X), got float32 tensor"),
+             g_logger.said_error("opforge.AddRMSNorm: W: expected float16 tensor (same dtype as X), got float32 tensor"),
          "W of another type: getOutputDataTypes names W (the last input)");
   expect(build(add)->getOutputDataTypes(out, 1, bf16, 3) != 0 &&
              g_logger.said_error("opforge.AddRMSNorm: outputs: expected 2 (Y, H), got 1"), "one output refused");
@@ -609,6 +609,114 @@ void check_residual() {
   check_residual_formats(add.get());
   check_residual_shapes(add.get());
   check_residual_runtime(add.get());
+}
+
+// RMSNormQuant: outputs of their own type (Q: int8, or fp8 as quant_dtype picks; Scale: float32
+// whatever X's type) and shape (Scale: X's dims with the last one 1), an enum attribute as an
+// int32 field through creation, serialization and the build calls.
+PluginField int_field(const char* name, const int32_t* v) { return PluginField(name, v, PluginFieldType::kINT32, 1); }
+
+void check_quant_fields() {
+  IPluginCreatorV3One* c = g_creators.count("RMSNormQuant") ? g_creators["RMSNormQuant"] : nullptr;
+  expect(c != nullptr, "creator RMSNormQuant registered");
+  if (!c) return;
+  const PluginFieldCollection* fc = c->getFieldNames();
+  bool declared = fc && fc->nbFields == 3;
+  for (int32_t i = 0; declared && i < 3; ++i) {
+    const bool is_enum = std::strcmp(fc->fields[i].name, "quant_dtype") == 0;
+    declared = fc->fields[i].type == (is_enum ? PluginFieldType::kINT32 : PluginFieldType::kFLOAT32) &&
+               (!is_enum || *static_cast<const int32_t*>(fc->fields[i].data) == 3);
+  }
+  expect(declared, "RMSNormQuant declares epsilon, scale_ub float32[1] and quant_dtype int32[1] (default 3)");
+  const int32_t fp8 = 17, bad = 5;
+  PluginPtr first(create("RMSNormQuant", {int_field("quant_dtype", &fp8)}));
+  auto before = first ? serialized(first.get()) : decltype(serialized(nullptr)){};
+  expect(first && before["quant_dtype"] == std::make_pair(PluginFieldType::kINT32, 17.0),
+         "quant_dtype 17 serialized as int32");
+  PluginPtr second(first ? c->createPlugin("node0", runtime(first.get())->getFieldsToSerialize(), TensorRTPhase::kRUNTIME)
+                         : nullptr);
+  expect(second && serialized(second.get()) == before, "RMSNormQuant round trip equal");
+  g_logger.lines.clear();
+  expect(create("RMSNormQuant", {int_field("quant_dtype", &bad)}) == nullptr &&
+             g_logger.said_error("opforge.RMSNormQuant: quant_dtype: expected one of 3 (int8), 17 (float8_e4m3fn), got 5"),
+         "quant_dtype 5 refused with the spec's words");
+  const float as_float = 17.0f;
+  expect(create("RMSNormQuant", {float_field("quant_dtype", &as_float)}) == nullptr &&
+             g_logger.said_error("opforge.RMSNormQuant: quant_dtype: expected one int32 value, got 1 float32 value(s)"),
+         "quant_dtype as a float32 field refused");
+}
+
+void check_quant_types(IPluginV3* int8, IPluginV3* fp8) {
+  DataType out[2] = {DataType::kFLOAT, DataType::kHALF};
+  for (DataType t : {DataType::kFLOAT, DataType::kHALF, DataType::kBF16}) {
+    const DataType in[2] = {t, t};
+    expect(build(int8)->getOutputDataTypes(out, 2, in, 2) == 0 && out[0] == DataType::kINT8 && out[1] == DataType::kFLOAT,
+           "quant_dtype 3: Q int8, Scale float32 for X type " + std::to_string(int(t)));
+    expect(build(fp8)->getOutputDataTypes(out, 2, in, 2) == 0 && out[0] == DataType::kFP8 && out[1] == DataType::kFLOAT,
+           "quant_dtype 17: Q fp8, Scale float32 for X type " + std::to_string(int(t)));
+  }
+  auto sfc = [](IPluginV3* p, int32_t pos, std::vector<DynamicPluginTensorDesc> io) {
+    return build(p)->supportsFormatCombination(pos, io.data(), 2, static_cast<int32_t>(io.size()) - 2);
+  };
+  const Dims x = dims({2, 8}), w = dims({8}), s = dims({2, 1});
+  const DataType H = DataType::kHALF, F = DataType::kFLOAT, I8 = DataType::kINT8, F8 = DataType::kFP8;
+  bool all = true;
+  for (int32_t pos = 0; pos < 4; ++pos) all = all && sfc(int8, pos, {dyn(x, H), dyn(w, H), dyn(x, I8), dyn(s, F)});
+  expect(all, "int8: X, W half, Q int8, Scale float32 accepted at all 4 positions");
+  expect(sfc(fp8, 2, {dyn(x, H), dyn(w, H), dyn(x, F8), dyn(s, F)}), "fp8: Q fp8 accepted");
+  expect(!sfc(int8, 2, {dyn(x, H), dyn(w, H), dyn(x, F8), dyn(s, F)}), "int8: Q fp8 refused");
+  expect(!sfc(fp8, 2, {dyn(x, H), dyn(w, H), dyn(x, I8), dyn(s, F)}), "fp8: Q int8 refused");
+  expect(!sfc(int8, 2, {dyn(x, H), dyn(w, H), dyn(x, H), dyn(s, F)}), "Q of X's type refused");
+  expect(!sfc(int8, 3, {dyn(x, H), dyn(w, H), dyn(x, I8), dyn(s, H)}), "Scale of X's type (half) refused");
+  expect(!sfc(int8, 0, {dyn(x, I8), dyn(w, I8), dyn(x, I8), dyn(s, F)}), "int8 X refused");
+}
+
+void check_quant_shapes(IPluginV3* int8) {
+  HostExprBuilder b;
+  DimsExprs in[2]{};
+  in[0].nbDims = 3;
+  in[0].d[0] = b.symbol();  // dynamic batch
+  in[0].d[1] = b.constant(3);
+  in[0].d[2] = b.constant(64);
+  in[1] = const_exprs(b, {64});
+  DimsExprs out[2]{};
+  const bool ok = build(int8)->getOutputShapes(in, 2, nullptr, 0, out, 2, b) == 0;
+  expect(ok && out[0].nbDims == 3 && out[0].d[0] == in[0].d[0] && out[0].d[2] == in[0].d[2],
+         "Q dims are X's (symbolic batch kept)");
+  expect(ok && out[1].nbDims == 3 && out[1].d[0] == in[0].d[0] && out[1].d[1]->getConstantValue() == 3 &&
+             out[1].d[2]->isConstant() && out[1].d[2]->getConstantValue() == 1,
+         "Scale dims are X's with the last one 1: [batch, 3, 1]");
+  in[1] = const_exprs(b, {32});
+  g_logger.lines.clear();
+  expect(build(int8)->getOutputShapes(in, 2, nullptr, 0, out, 2, b) != 0 &&
+             g_logger.said_error("opforge.RMSNormQuant: W: expected 1-D tensor of length 64 (last dim of X), got shape [32]"),
+         "W of the wrong length refused");
+}
+
+void check_quant_runtime(IPluginV3* int8) {
+  const void* in[2] = {nullptr, nullptr};
+  void* out[2] = {nullptr, nullptr};
+  PluginTensorDesc empty[2] = {desc(dims({0, 8})), desc(dims({8}))}, empty_out[2] = {desc(dims({0, 8}), DataType::kINT8),
+                                                                                     desc(dims({0, 1}))};
+  expect(runtime(int8)->enqueue(empty, empty_out, in, out, nullptr, nullptr) == 0, "no rows: nothing to launch, success");
+  PluginTensorDesc bad_w[2] = {desc(dims({4, 8})), desc(dims({4}))}, outs[2] = {desc(dims({4, 8}), DataType::kINT8),
+                                                                               desc(dims({4, 1}))};
+  g_logger.lines.clear();
+  expect(runtime(int8)->enqueue(bad_w, outs, in, out, nullptr, nullptr) != 0 &&
+             g_logger.said_error("opforge.RMSNormQuant: W: expected 1-D tensor of length 8 (last dim of X), got shape [4]"),
+         "enqueue refuses a W of the wrong length before any launch");
+}
+
+void check_quant() {
+  check_quant_fields();
+  const int32_t fp8_code = 17;
+  PluginPtr int8(create("RMSNormQuant", {})), fp8(create("RMSNormQuant", {int_field("quant_dtype", &fp8_code)}));
+  expect(int8 && fp8, "RMSNormQuant created (default, quant_dtype 17)");
+  if (!int8 || !fp8) return;
+  expect(build(int8.get())->getNbOutputs() == 2, "RMSNormQuant has two outputs (Q, Scale)");
+  check_quant_types(int8.get(), fp8.get());
+  check_quant_shapes(int8.get());
+  check_quant_runtime(int8.get());
 }
 
 void check_configure() {
@@ -739,10 +847,16 @@ PluginPtr create_serialized(const std::string& op, const std::string& attrs) {
   for (const std::string& item : split(attrs == "-" ? "" : attrs, ','))
     given[item.substr(0, item.find('='))] = std::stof(item.substr(item.find('=') + 1));
   std::deque<float> values;
+  std::deque<int32_t> ints;  // an int or enum attribute: an int32 field, as declared
   std::vector<PluginField> fields;
   for (int32_t i = 0; i < declared->nbFields; ++i) {
     const PluginField& f = declared->fields[i];
     const auto it = given.find(f.name);
+    if (f.type == PluginFieldType::kINT32) {
+      const int32_t v = it != given.end() ? static_cast<int32_t>(it->second) : *static_cast<const int32_t*>(f.data);
+      fields.emplace_back(f.name, &ints.emplace_back(v), PluginFieldType::kINT32, 1);
+      continue;
+    }
     fields.push_back(float_field(f.name, &values.emplace_back(it != given.end() ? it->second
                                                                                 : *static_cast<const float*>(f.data))));
   }
@@ -750,7 +864,9 @@ PluginPtr create_serialized(const std::string& op, const std::string& attrs) {
   return PluginPtr(create(op.c_str(), fields, TensorRTPhase::kRUNTIME));
 }
 
-size_t element_size(DataType type) { return type == DataType::kFLOAT ? 4 : 2; }  // float32, or float16/bf16
+size_t element_size(DataType type) {  // float32; int8 and fp8; float16 and bf16
+  return type == DataType::kFLOAT ? 4 : type == DataType::kINT8 || type == DataType::kFP8 ? 1 : 2;
+}
 
 // The outputs' dims as the plugin infers them from constant input dims. false: refused.
 bool infer_output_dims(IPluginV3* plugin, const std::vector<Dims>& in, std::vector<Dims>* out) {
@@ -816,9 +932,12 @@ int run(int argc, char** argv) {
   std::vector<PluginTensorDesc> out(nb_outputs);
   std::vector<void*> outputs(nb_outputs);
   std::vector<size_t> out_bytes(nb_outputs);
+  std::vector<DataType> out_types(nb_outputs), in_types(nb_inputs, type);  // each output of its own type
+  if (build(plugin.get())->getOutputDataTypes(out_types.data(), nb_outputs, in_types.data(), nb_inputs) != 0)
+    return std::printf("FAIL getOutputDataTypes\n"), 1;
   for (int32_t o = 0; o < nb_outputs; ++o) {
-    out[o] = desc(out_dims[o], type);
-    out_bytes[o] = element_size(type) * static_cast<size_t>(volume(out_dims[o]));
+    out[o] = desc(out_dims[o], out_types[o]);
+    out_bytes[o] = element_size(out_types[o]) * static_cast<size_t>(volume(out_dims[o]));
     if (!(outputs[o] = buffers.get(out_bytes[o]))) return std::printf("FAIL cudaMalloc\n"), 1;
   }
   if (runtime(plugin.get())->onShapeChange(in.data(), nb_inputs, out.data(), nb_outputs) != 0)
@@ -848,7 +967,8 @@ int describe_command(const std::string& op) {
   const PluginFieldCollection* fc = g_creators[op]->getFieldNames();
   for (int32_t i = 0; fc && i < fc->nbFields; ++i) {
     const PluginField& f = fc->fields[i];
-    const double value = f.type == PluginFieldType::kFLOAT32 && f.data ? *static_cast<const float*>(f.data) : NAN;
+    double value = f.type == PluginFieldType::kFLOAT32 && f.data ? *static_cast<const float*>(f.data) : NAN;
+    if (f.type == PluginFieldType::kINT32 && f.data) value = *static_cast<const int32_t*>(f.data);
     std::printf("field %s %d %d %.9g\n", f.name, static_cast<int>(f.type), f.length, value);
   }
   PluginPtr plugin(g_creators[op]->createPlugin("node0", nullptr, TensorRTPhase::kBUILD));
@@ -962,7 +1082,7 @@ int main(int argc, char** argv) {
       {"formats", check_formats},   {"shapes", check_shapes},       {"configure", check_configure},
       {"clone_attach", check_clone_attach}, {"enqueue", check_enqueue}, {"serialized_state", check_serialized_state},
       {"field_structure", check_field_structure}, {"float32_rule", check_float32_rule},
-      {"swiglu", check_swiglu}, {"residual", check_residual}};
+      {"swiglu", check_swiglu}, {"residual", check_residual}, {"quant", check_quant}};
   if (!checks.count(check)) {
     std::printf("FAIL unknown check %s\n", check.c_str());
     return 2;
