@@ -31,15 +31,37 @@ def test_shipped_plugins_load_with_manifests(shipped):
 
 @pytest.mark.parametrize("op_name", list(spec.OPS))
 def test_declares_the_spec_inputs_and_outputs(shipped, op_name):
-    """The op's tensors as its descriptor has them: X[, R][, W] in, Y[, H] out."""
+    """The op's tensors as its descriptor has them: X[, R][, W] in, each output with its dtypes."""
     info = next(o for o in shipped.ops() if (o.plugin, o.name) == ("opforge_nn", op_name))
     assert tuple(i.name for i in info.inputs) == spec.OPS[op_name].inputs
     assert tuple(o.name for o in info.outputs) == spec.OPS[op_name].outputs
+    assert [o.dtypes for o in info.outputs] == [_declared_dtypes(spec.OPS[op_name], name) for name in info.outputs]
+
+
+def _declared_dtypes(op, output) -> tuple:
+    """What an output may be: X's dtypes, its fixed one, or the choices of the attribute picking it."""
+    rule = op.output_dtypes.get(output.name)
+    if rule is None:
+        return ("float32", "float64", "bfloat16")
+    return tuple(op.attributes[rule].choices) if rule in op.attributes else (rule,)
 
 
 def _output_shapes(op, x_shape) -> list:
-    """Y by the op's shape rule, then H (a second output) of X's shape."""
-    return [spec.output_shape(op, x_shape)] + [tuple(x_shape)] * (len(op.outputs) - 1)
+    """Each output's shape by its rule (Y the op's, H X's, a per-row scale X's with the last dim 1)."""
+    return [tuple(op.output_shape_of(name, x_shape)) for name in op.outputs]
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if name in ("bfloat16", "float8_e4m3fn"):  # numpy has neither: ml_dtypes'
+        ml_dtypes = pytest.importorskip("ml_dtypes", reason=f"{name} arrays need ml_dtypes")
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def _comparable(outputs: tuple) -> object:
+    """The outputs as check_close takes them: float8 and bfloat16 read as float32, one array bare."""
+    wide = tuple(a.astype(np.float32) if a.dtype.name in ("bfloat16", "float8_e4m3fn") else a for a in outputs)
+    return wide[0] if len(wide) == 1 else wide
 
 
 def _as_outputs(op, result) -> tuple:
@@ -56,10 +78,11 @@ def test_matches_spec_reference(shipped, op_name, dtype):
     op = spec.OPS[op_name]
     for case in op.cases(dtype):
         outputs = _as_outputs(op, shipped.run(op_name, list(case.inputs), case.attrs))
-        assert [(a.dtype, a.shape) for a in outputs] == [(np.dtype(dtype), s) for s in _output_shapes(
-            op, np.shape(case.inputs[0]))], case.name
-        actual = outputs[0] if len(outputs) == 1 else outputs
-        op.check_close(actual, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
+        wanted = [_numpy_dtype(op.output_dtype(name, dtype, case.attrs)) for name in op.outputs]
+        assert [(a.dtype, a.shape) for a in outputs] == list(zip(wanted, _output_shapes(
+            op, np.shape(case.inputs[0])))), case.name
+        op.check_close(_comparable(outputs), op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name,
+                       attrs=case.attrs)
 
 
 @pytest.mark.parametrize("op_name", list(spec.OPS))
@@ -103,10 +126,10 @@ def test_bfloat16_matches_spec(shipped, op_name):
     for case in op.cases("bfloat16"):
         inputs = [np.asarray(a, np.float32).astype(ml_dtypes.bfloat16) for a in case.inputs]
         outputs = _as_outputs(op, shipped.run(op_name, inputs, case.attrs))
-        assert all(a.dtype == np.dtype(ml_dtypes.bfloat16) for a in outputs), case.name
-        as_float = tuple(a.astype(np.float32) for a in outputs)
-        op.check_close(as_float[0] if len(as_float) == 1 else as_float, op.reference(*case.inputs, **case.attrs),
-                       "bfloat16", case.inputs, case.name)
+        wanted = [_numpy_dtype(op.output_dtype(name, "bfloat16", case.attrs)) for name in op.outputs]
+        assert [a.dtype for a in outputs] == wanted, case.name
+        op.check_close(_comparable(outputs), op.reference(*case.inputs, **case.attrs), "bfloat16", case.inputs,
+                       case.name, attrs=case.attrs)
 
 
 @pytest.mark.parametrize("op_name", [name for name, op in spec.OPS.items() if "R" in op.inputs])
