@@ -164,6 +164,25 @@ def test_rms_norm_with_epsilon_0_keeps_rows_of_zeros_zero(tmp_path):
     assert all(np.isfinite(g).all() for g in got)
 
 
+def test_a_float64_model_keeps_rms_norm_in_float64(tmp_path):
+    """RMSNormalization's stash_type 1 computes in float32: a float64 call falls back."""
+    plan = opforge_onnx.export_plan("onnxruntime", ORT_NEWEST, 23)
+    if "standard" not in {plan.form("RMSNorm"), plan.form("AddRMSNorm")}:
+        pytest.skip(f"the table names no standard RMSNormalization here:\n{plan}")
+    model = EveryOp().double().eval()
+    x, r = (t.double() for t in _inputs(seed=7))
+    path = str(tmp_path / "f64.onnx")
+    opforge_onnx.export(model, (x, r), path, decomposed="auto", runtime_version=ORT_NEWEST,
+                        opset_version=23, input_names=["x", "r"])
+    proto = onnx.load(path)
+    assert "RMSNormalization" not in {n.op_type for n in proto.graph.node}
+    got = _ort_session(proto).run(None, {"x": x.numpy(), "r": r.numpy()})
+    with torch.no_grad():
+        want = model(x, r)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-12, atol=1e-12)
+
+
 # ---- the decision rule, on rows of its own ------------------------------------------------------
 ROW = {"plugin": True, "standard_opsets": {"RMSNorm": [23, 24]},
        "median_ms": {"RMSNorm": {"opforge": 25.0, "standard": 37.0, "decomposed": 60.0},

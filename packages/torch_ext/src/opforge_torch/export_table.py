@@ -85,11 +85,17 @@ _WRITERS = {"RMSNorm": _write_rms_norm, "AddRMSNorm": _write_add_rms_norm,
             "Swish": _write_swish, "SwiGLU": _write_swiglu}
 
 
-def standard_form_refusal(op: str, attrs: dict) -> str | None:
-    """Why a call with these attributes must not take the standard op, or None: RMSNormalization
-    with epsilon 0 divides a row of zeros by 0 (NaN) where opforge gives 0."""
-    if op in ("RMSNorm", "AddRMSNorm") and float(attrs.get("epsilon", 1.0)) == 0.0:
+def standard_form_refusal(op: str, attrs: dict, x_dtype: str | None = None) -> str | None:
+    """Why a call must not take the standard op, or None: RMSNormalization with epsilon 0 divides
+    a row of zeros by 0 (NaN) where opforge gives 0, and its stash_type 1 computes a float64 X's
+    mean square in float32 where opforge computes in float64 (`x_dtype`: X's ONNX or numpy type
+    name, when the exporter knows it)."""
+    if op not in ("RMSNorm", "AddRMSNorm"):
+        return None
+    if float(attrs.get("epsilon", 1.0)) == 0.0:
         return "epsilon 0: RMSNormalization gives NaN on a row of zeros, opforge 0"
+    if x_dtype is not None and x_dtype.upper().rsplit(".", 1)[-1] in ("DOUBLE", "FLOAT64"):
+        return "float64 X: RMSNormalization (stash_type 1) computes in float32, opforge in float64"
     return None
 
 

@@ -350,7 +350,9 @@ def _standard_node(opset_version: int, spec: opforge_spec.OpSpec, fallback):
         bound = inspect.signature(translate).bind(*args, **kwargs)
         bound.apply_defaults()
         tensors, attrs = _split_call(spec, tuple(bound.arguments.values()))
-        refusal = export_table.standard_form_refusal(spec.name, dict(zip(spec.attributes, attrs)))
+        x_dtype = getattr(tensors[0], "dtype", None)  # onnx_ir's DataType where known
+        refusal = export_table.standard_form_refusal(spec.name, dict(zip(spec.attributes, attrs)),
+                                                     None if x_dtype is None else str(x_dtype))
         if refusal:
             _LOG.info("opforge_torch.onnx: a %s call keeps its planned fallback form: %s",
                       spec.name, refusal)
