@@ -144,6 +144,11 @@ class GraphEmitter:
             return self.op("ReduceMean", x, self.ints(axes), keepdims=1)
         return self.op("ReduceMean", x, axes=list(axes), keepdims=1)
 
+    def reduce_max(self, x, axes):
+        if OPSET >= 18:
+            return self.op("ReduceMax", x, self.ints(axes), keepdims=1)
+        return self.op("ReduceMax", x, axes=list(axes), keepdims=1)
+
     def tiny(self, like):
         return self.scalar(np.finfo(np.float32).tiny, like)
 

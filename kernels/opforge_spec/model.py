@@ -182,6 +182,7 @@ class OpSpec:
     #   e.ints(values)                        a 1-D int64 constant;
     #   e.reduce_mean(x, axes)                ReduceMean keeping dims (axes: an attribute below
     #                                         opset 18, an input from 18);
+    #   e.reduce_max(x, axes)                 ReduceMax, the same way;
     #   e.tiny(like)                          the smallest normal number, of `like`'s type.
     decomposed: Callable | None = None
     # What an .out overload may write over: output -> the inputs it may be itself (same memory,

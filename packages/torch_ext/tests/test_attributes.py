@@ -21,8 +21,11 @@ LAST_FINITE = float(np.nextafter(spec.FLOAT32_OVERFLOW, 0.0))
 # Values beyond float32 or of the wrong sign: each attribute of each op gets those its rule refuses.
 CANDIDATES = (1e39, -1e39, 1e300, -1e300, spec.FLOAT32_OVERFLOW, -spec.FLOAT32_OVERFLOW, float("inf"),
               float("-inf"), float("nan"), -1e-6)
+# An int or enum attribute is an int in every schema (torch refuses a float there itself): ints
+# out of its range or not among its choices.
+INT_CANDIDATES = (5, -1, 2**24 + 1, -(2**24) - 1)
 BAD = [(op.name, name, v) for op in spec.OPS.values() for name, attr in op.attributes.items()
-       for v in CANDIDATES if attr.error(op.name, v) is not None]
+       for v in (CANDIDATES if attr.kind == "float" else INT_CANDIDATES) if attr.error(op.name, v) is not None]
 BAD_IDS = [f"{op}-{name}={value!r}" for op, name, value in BAD]
 FIRST_BAD = {(op, name): value for op, name, value in reversed(BAD)}  # one per attribute
 

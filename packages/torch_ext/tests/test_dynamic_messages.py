@@ -49,8 +49,9 @@ def test_a_wrong_out_under_dynamic_shapes_has_the_eager_text(op):
     call = getattr(opforge_torch, op.torch_name)
     x = torch.randn(3, 4 * op.split, generator=torch.Generator().manual_seed(0))
     inputs = tuple(torch.ones(4) if name == "W" else x.clone() for name in op.inputs)
-    shapes = [op.output_shape(x.shape), *[tuple(x.shape)] * (len(op.outputs) - 1)]
-    outs = tuple(torch.zeros(s[0] + 2, s[1]) for s in shapes)  # two rows too many each
+    shapes = [op.output_shape_of(name, x.shape) for name in op.outputs]
+    dtypes = [getattr(torch, op.output_dtype(name, "float32")) for name in op.outputs]
+    outs = tuple(torch.zeros(s[0] + 2, s[1], dtype=d) for s, d in zip(shapes, dtypes))  # two rows too many each
 
     def fn(*tensors):
         count = len(op.inputs)

@@ -116,7 +116,7 @@ def test_vmap_of_grad_gives_per_sample_gradients():
     torch.testing.assert_close(got, tuple(torch.stack(g) for g in zip(*rows)))
 
 
-@pytest.mark.parametrize("op", list(spec.OPS))
+@pytest.mark.parametrize("op", [name for name, op in spec.OPS.items() if op.has_gradient])
 def test_forward_mode_is_refused_naming_the_op(op):
     fn, inputs = CASES[op]
     message = spec.error(op, "derivative", "reverse mode (backward, torch.func.grad, vjp or jacrev)",
@@ -124,3 +124,22 @@ def test_forward_mode_is_refused_naming_the_op(op):
     with pytest.raises(RuntimeError) as info:
         torch.func.jvp(fn, inputs, tuple(torch.ones_like(t) for t in inputs))
     assert str(info.value).splitlines()[0] == message
+
+
+_ROLES = {"X": _X, "R": _R, "W": _W}
+
+
+@pytest.mark.parametrize("op", [op for op in spec.OPS.values() if not op.has_gradient], ids=lambda op: op.name)
+def test_an_op_without_gradient_refuses_reverse_and_forward_mode_naming_the_op(op):
+    """grad and jvp through its float outputs (RMSNormQuant's Scale) are refused in one line."""
+    inputs = tuple(_ROLES[n] for n in op.inputs)
+
+    def fn(*tensors):
+        outputs = _outputs(getattr(torch.ops.opforge, op.torch_name)(*tensors))
+        return sum(o.sum() for o in outputs if o.dtype == torch.float32)
+
+    for transform in (lambda: torch.func.grad(fn)(*inputs),
+                      lambda: torch.func.jvp(fn, inputs, tuple(torch.ones_like(t) for t in inputs))):
+        with pytest.raises(RuntimeError) as info:
+            transform()
+        assert str(info.value).splitlines()[0].startswith(f"opforge.{op.name} has no gradient: ")

@@ -22,14 +22,16 @@ def _check(op, dtype, case, device):
     result = run_op(op, inputs, case.attrs)
     outputs = result if isinstance(result, tuple) else (result,)
     x = inputs[0]
-    # Y by the spec's shape rule, a second output H with X's shape; each of X's dtype
-    shapes = (spec.output_shape(op, x.shape), *(tuple(x.shape),) * (len(op.outputs) - 1))
+    # each output's shape and dtype by its rule (the op's shape, X's, or X's with the last dim 1;
+    # X's dtype, or its own: fixed or picked by an attribute)
+    shapes = [op.output_shape_of(name, x.shape) for name in op.outputs]
     assert [tuple(t.shape) for t in outputs] == [tuple(s) for s in shapes]
-    assert all(t.dtype == x.dtype for t in outputs)
+    assert [t.dtype for t in outputs] == [getattr(torch, op.output_dtype(name, dtype, case.attrs))
+                                          for name in op.outputs]
     expected = op.reference(*case.inputs, **case.attrs)
     actual = tuple(to_numpy(t) for t in outputs)
     op.check_close(actual if len(actual) > 1 else actual[0], expected, dtype, inputs=case.inputs,
-                   label=case.name)
+                   label=case.name, attrs=case.attrs)
 
 
 @pytest.mark.parametrize("op,dtype,case", list(_cases(CPU_DTYPES)))

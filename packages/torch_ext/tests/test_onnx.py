@@ -118,7 +118,7 @@ class ThenLinear(torch.nn.Module):
     def forward(self, *inputs):
         outputs = self.op(*inputs)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-        return (*outputs, self.linear(outputs[0]))
+        return (*outputs, self.linear(outputs[0].to(torch.float32)))  # (a quantized Q cast back)
 
 
 def _spec_inputs(op, x_shape):
@@ -166,12 +166,15 @@ def test_outputs_carry_the_spec_shape_rule_downstream(tmp_path, capfd, op, dynam
     leading = x_dims[:2] if dynamic else list(x_shape[:2])
     assert all(isinstance(d, str) for d in leading) == dynamic, x_dims
     *outputs, z = proto.graph.output
-    # Y by the spec's shape rule, a second output H with X's shape: X's dims and dtype
-    expected = [[*leading, y_last], *[[*leading, x_shape[-1]]] * (len(op.outputs) - 1)]
+    # each output by its rule (Y by the op's, H X's shape, a row output X's with the last dim 1):
+    # X's leading dims; X's dtype or the output's own
+    expected = [[*leading, op.output_shape_of(name, x_shape)[-1]] for name in op.outputs]
     assert [_dims(o) for o in outputs] == expected, ([o.name for o in outputs], x_dims)
     assert _dims(z) == [*leading, DOWNSTREAM], (z.name, _dims(z), x_dims)
     x_type = proto.graph.input[0].type.tensor_type.elem_type
-    assert all(o.type.tensor_type.elem_type == x_type for o in outputs)
+    assert [o.type.tensor_type.elem_type for o in outputs] == [
+        spec.DTYPE_CODES[op.output_dtype(name, "float32")] if name in op.output_dtypes else x_type
+        for name in op.outputs]
     assert "shape inference of" not in said, said
 
 

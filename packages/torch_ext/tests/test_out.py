@@ -14,7 +14,9 @@ _GEN = torch.Generator().manual_seed(0)
 X = torch.randn(3, 2 * 8, generator=_GEN)
 R = torch.randn(3, 2 * 8, generator=_GEN)
 W = torch.rand(2 * 8, generator=_GEN) + 0.5
-ATTRS = {"beta": 1.3, "epsilon": 1e-5}  # a value other than the default for each attribute
+# a value other than the default for each float attribute; int8 for a quantized output (an integer
+# dtype: the tests below that need a float output or one of X's dtype say so)
+ATTRS = {"beta": 1.3, "epsilon": 1e-5, "scale_ub": 2.0, "quant_dtype": 3}
 OPS = list(spec.OPS)
 
 
@@ -42,12 +44,29 @@ def _into(op, outs, **inputs):
 
 
 def _shapes(op):
-    """Each output's shape for X: Y's by the spec's rule, H's X's."""
-    return (_spec(op).output_shape(X.shape), *(tuple(X.shape),) * (len(_spec(op).outputs) - 1))
+    """Each output's shape for X by its rule (the op's, X's, or X's with the last dim 1)."""
+    return tuple(_spec(op).output_shape_of(name, X.shape) for name in _spec(op).outputs)
+
+
+def _dtypes(op):
+    """Each output's dtype for float32 X and ATTRS."""
+    attrs = {a: ATTRS[a] for a in _spec(op).attributes}
+    return tuple(getattr(torch, _spec(op).output_dtype(name, "float32", attrs)) for name in _spec(op).outputs)
+
+
+def _full(shape, dtype, fill):
+    """A tensor of `fill` (an integer dtype, which holds no NaN, gets -77 for it)."""
+    return torch.full(shape, fill if dtype.is_floating_point or fill == fill else -77, dtype=dtype)
 
 
 def _fresh_outs(op, fill=float("nan")):
-    return tuple(torch.full(s, fill) for s in _shapes(op))
+    return tuple(_full(s, d, fill) for s, d in zip(_shapes(op), _dtypes(op)))
+
+
+def _like_x(op, index):
+    """Whether output `index` has X's dtype and shape (the tests that put an input's memory there)."""
+    name = _spec(op).outputs[index]
+    return name not in _spec(op).output_dtypes and _spec(op).shape_rule(name) != "row"
 
 
 def _has(op, name):
@@ -66,7 +85,7 @@ def test_writes_into_the_given_tensors_and_returns_nothing(op):
 @pytest.mark.parametrize("op", OPS)
 def test_the_python_entry_points_take_out_and_return_it(op):
     entry = getattr(opforge_torch, _spec(op).torch_name)
-    outs = tuple(torch.empty(s) for s in _shapes(op))
+    outs = tuple(torch.empty(s, dtype=d) for s, d in zip(_shapes(op), _dtypes(op)))
     out = outs if len(outs) > 1 else outs[0]  # a tuple (y_out, h_out) for an op with two outputs
     assert entry(*_args(op), out=out) is out
     torch.testing.assert_close(outs, _functional(op), rtol=0, atol=0)
@@ -74,7 +93,7 @@ def test_the_python_entry_points_take_out_and_return_it(op):
 
 @pytest.mark.parametrize("op", OPS)
 def test_non_contiguous_outs_get_the_values(op):
-    wides = [torch.zeros(*s[:-1], 2 * s[-1]) for s in _shapes(op)]
+    wides = [torch.zeros(*s[:-1], 2 * s[-1], dtype=d) for s, d in zip(_shapes(op), _dtypes(op))]
     outs = tuple(wide[..., ::2] for wide in wides)
     _into(op, outs)
     torch.testing.assert_close(outs, _functional(op), rtol=0, atol=0)
@@ -88,15 +107,17 @@ def _each_output(ops=OPS):
 
 @pytest.mark.parametrize("op,index", _each_output())
 def test_refuses_wrong_shape_dtype_and_device(op, index):
-    shape, name = _shapes(op)[index], out_names(_spec(op))[index]
+    shape, name, dtype = _shapes(op)[index], out_names(_spec(op))[index], _dtypes(op)[index]
     output = _spec(op).outputs[index]
     bad_shape = (*shape[:-1], shape[-1] + 1)
+    # an output of X's dtype names X's; one of its own dtype names itself
+    dtype_of = output if output in _spec(op).output_dtypes else "X"
     cases = [
-        (torch.empty(bad_shape),
+        (torch.empty(bad_shape, dtype=dtype),
          spec.error(op, name, f"shape {list(shape)} (shape of {output})", str(list(bad_shape)))),
         (torch.empty(shape, dtype=torch.float64),
-         spec.error(op, name, "dtype float32 (dtype of X)", "float64")),
-        (torch.empty(shape, device="meta"), spec.error(op, name, "a tensor on cpu (device of X)", "meta")),
+         spec.error(op, name, f"dtype {str(dtype).removeprefix('torch.')} (dtype of {dtype_of})", "float64")),
+        (torch.empty(shape, dtype=dtype, device="meta"), spec.error(op, name, "a tensor on cpu (device of X)", "meta")),
     ]
     for bad, message in cases:
         outs = list(_fresh_outs(op, 0.0))
@@ -115,9 +136,9 @@ def test_fake_kernel_checks_and_returns_nothing(op, index):
     shape, name = _shapes(op)[index], out_names(_spec(op))[index]
     with FakeTensorMode() as mode:
         inputs = {"x": mode.from_tensor(X), "r": mode.from_tensor(R), "w": mode.from_tensor(W)}
-        outs = [torch.empty(s) for s in _shapes(op)]
+        outs = [torch.empty(s, dtype=d) for s, d in zip(_shapes(op), _dtypes(op))]
         assert _into(op, outs, **inputs) is None
-        outs[index] = torch.empty(*shape[:-1], shape[-1] + 1)
+        outs[index] = torch.empty(*shape[:-1], shape[-1] + 1, dtype=_dtypes(op)[index])
         with pytest.raises(RuntimeError, match=f"opforge.{op}: {name}: expected shape"):
             _into(op, outs, **inputs)
 
@@ -133,9 +154,10 @@ def _overlap_message(op, name, input_name):
                       f"one that partially overlaps {input_name}")
 
 
+# (outputs of X's dtype and shape: another dtype's check comes first)
 _SHIFTED = [pytest.param(op, i, input_name, id=f"{op}-{out_names(_spec(op))[i]}-over-{input_name}")
             for op in OPS for i in range(len(_spec(op).outputs)) for input_name in ("X", "R")
-            if _has(op, input_name)]
+            if _has(op, input_name) and _like_x(op, i)]
 
 
 @pytest.mark.parametrize("op,index,input_name", _SHIFTED)
@@ -153,7 +175,8 @@ def test_an_out_shifted_one_element_over_an_input_is_refused_and_left_untouched(
     assert torch.equal(buffer, before)
 
 
-@pytest.mark.parametrize("op,index", _each_output([op for op in OPS if _has(op, "W")]))
+@pytest.mark.parametrize("op,index", [p for p in _each_output([op for op in OPS if _has(op, "W")])
+                                      if _like_x(*p.values)])
 def test_an_out_overlapping_the_weight_is_refused(op, index):
     buffer = torch.rand(X.numel() + 1, generator=torch.Generator().manual_seed(2)) + 0.5
     outs = list(_fresh_outs(op, 0.0))
@@ -180,7 +203,8 @@ def _rank1_outs(op, device="cpu"):
 # every output and input of the same shape (X of a gated op is twice Y's) that the spec keeps apart
 _NOT_WRITTEN_OVER = [pytest.param(op, i, name, id=f"{op}-{out_names(_spec(op))[i]}-is-{name}")
                      for op in OPS for i, output in enumerate(_spec(op).outputs) for name in _spec(op).inputs
-                     if not _spec(op).may_overwrite(output, name) and (name != "X" or _spec(op).split == 1)]
+                     if not _spec(op).may_overwrite(output, name) and (name != "X" or _spec(op).split == 1)
+                     and _like_x(op, i)]
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -194,7 +218,8 @@ def test_an_out_that_is_an_input_the_spec_keeps_is_refused_and_left_untouched(op
     inputs = _rank1(op, device=device)
     target = inputs[input_name.lower()]
     before = target.clone()
-    outs = _rank1_outs(op, device)
+    outs = [torch.empty(s, dtype=d, device=device) for s, d in
+            zip((_spec(op).output_shape_of(n, (_RANK1,)) for n in _spec(op).outputs), _dtypes(op))]
     outs[index] = target
     with pytest.raises(RuntimeError) as info:
         _into(op, outs, **inputs)
@@ -204,7 +229,7 @@ def test_an_out_that_is_an_input_the_spec_keeps_is_refused_and_left_untouched(op
     assert torch.equal(target, before)
 
 
-@pytest.mark.parametrize("op", [op for op in OPS if _has(op, "W")])
+@pytest.mark.parametrize("op", [op for op in OPS if _has(op, "W") and _spec(op).overwrites])
 def test_a_rank1_call_writing_over_what_its_spec_allows_gives_the_functional_result(op):
     inputs = _rank1(op, seed=1)
     expected = _functional(op, **inputs)
@@ -215,7 +240,7 @@ def test_a_rank1_call_writing_over_what_its_spec_allows_gives_the_functional_res
     torch.testing.assert_close(tuple(outs), expected, rtol=0, atol=0)
 
 
-_SAME_SHAPE_AS_X = [op for op in OPS if _shapes(op)[0] == tuple(X.shape)]
+_SAME_SHAPE_AS_X = [op for op in OPS if _shapes(op)[0] == tuple(X.shape) and _like_x(op, 0)]
 
 
 @pytest.mark.parametrize("op", _SAME_SHAPE_AS_X)
@@ -232,7 +257,8 @@ def test_out_that_is_x_itself_or_beside_it_in_one_buffer_is_allowed(op):
 
 
 # ---- two outputs: the in-place residual update of serving engines; outputs kept apart ----------
-_TWO_OUTPUTS = [op for op in OPS if len(_spec(op).outputs) > 1]
+# two outputs of X's dtype and shape (the residual ops; RMSNormQuant's Q and Scale differ in both)
+_TWO_OUTPUTS = [op for op in OPS if len(_spec(op).outputs) > 1 and all(_like_x(op, i) for i in range(2))]
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -280,8 +306,10 @@ def _autograd_message(op, name):
                       "differentiation; call the op without out=)", f"{name} requiring grad")
 
 
+# (only a float tensor can require grad: an int8 output cannot)
 _TRACKED = [pytest.param(op, name, id=f"{op}-{name}") for op in OPS
-            for name in (*_spec(op).inputs, *out_names(_spec(op)))]
+            for name, dtype in (*((n, torch.float32) for n in _spec(op).inputs), *zip(out_names(_spec(op)), _dtypes(op)))
+            if dtype.is_floating_point]
 
 
 @pytest.mark.parametrize("op,name", _TRACKED)
@@ -298,7 +326,7 @@ def test_out_with_a_tensor_requiring_grad_is_refused_and_outs_left_untouched(op,
         _into(op, outs, **inputs)
 
 
-@pytest.mark.parametrize("op,index", _each_output())
+@pytest.mark.parametrize("op,index", [p for p in _each_output() if _like_x(*p.values)])
 def test_out_written_under_no_grad_invalidates_a_saved_tensor(op, index):
     """Writing an output bumps its version counter, so autograd refuses to use it as a stale saved
     tensor instead of computing a wrong gradient."""

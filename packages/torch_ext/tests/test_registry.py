@@ -6,7 +6,7 @@ standard ONNX only and gives the op's value."""
 import numpy as np
 import pytest
 import torch
-from conftest import to_torch
+from conftest import to_numpy, to_torch
 
 import opforge_spec as spec
 import opforge_torch
@@ -22,7 +22,8 @@ def _has_kernel(qualified: str, key: str) -> bool:
 
 @pytest.mark.parametrize("op", OPS, ids=IDS)
 def test_every_overload_has_its_kernels(op):
-    for name in (op.torch_name, f"{op.torch_name}.out", f"{op.torch_name}_backward"):
+    backward = (f"{op.torch_name}_backward",) if op.has_gradient else ()  # none for an op without a gradient
+    for name in (op.torch_name, f"{op.torch_name}.out", *backward):
         qualified = f"opforge::{name}"
         missing = [key for key in ("CPU", "Meta", "Autograd") if not _has_kernel(qualified, key)]
         assert not missing, f"{qualified} has no kernel for {missing}"
@@ -43,11 +44,16 @@ def test_the_entry_point_gives_the_composed_forms_value(op):
     cases = op.cases("float64")
     case = next((c for c in cases if c.attrs), cases[0])  # attributes passed by keyword too
     tensors = [to_torch(a, "float64") for a in case.inputs]
-    attrs = {k: float(np.float32(v)) for k, v in case.attrs.items()}  # the kernels' float32 value
+    attrs = {k: float(np.float32(v)) if op.attributes[k].kind == "float" else v
+             for k, v in case.attrs.items()}  # the kernels' float32 value
     got = getattr(opforge_torch, op.torch_name)(*tensors, **attrs)
-    # float64: rtol the spec's Swish/GeGLU bar; atol 1e-12, not 1e-15: the composed forms round
-    # on their own (GeGLU's 1 + tanh(u) loses |a*b| * 2**-54 for a < 0, test_geglu.py)
-    torch.testing.assert_close(got, op.composed(*tensors, **attrs), rtol=1e-12, atol=1e-12)
+    composed = op.composed(*tensors, **attrs)
+    if op.output_dtypes:  # outputs of their own dtype (float32, quantized): the spec's own bars
+        op.check_close(_numpy(got), _numpy(composed), "float64", label="composed", attrs=attrs)
+    else:
+        # float64: rtol the spec's Swish/GeGLU bar; atol 1e-12, not 1e-15: the composed forms round
+        # on their own (GeGLU's 1 + tanh(u) loses |a*b| * 2**-54 for a < 0, test_geglu.py)
+        torch.testing.assert_close(got, composed, rtol=1e-12, atol=1e-12)
     outputs = _as_tuple(got)
     assert len(outputs) == len(op.outputs)
     out = tuple(torch.empty_like(t) for t in outputs)
@@ -58,6 +64,12 @@ def test_the_entry_point_gives_the_composed_forms_value(op):
 
 def _as_tuple(result) -> tuple:
     return result if isinstance(result, tuple) else (result,)
+
+
+def _numpy(result):
+    """An op's result as check_close takes it: one float64 array per output."""
+    arrays = tuple(to_numpy(t) for t in _as_tuple(result))
+    return arrays if len(arrays) > 1 else arrays[0]
 
 
 class _Call(torch.nn.Module):
@@ -88,14 +100,14 @@ def test_the_specs_decomposition_is_standard_onnx_with_the_ops_value(tmp_path, o
     assert {n.domain for n in proto.graph.node} == {""} and not proto.functions
     assert {o.domain: o.version for o in proto.opset_import} == {"": opset}
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    _assert_runs_as_the_op(session, model, tensors, op)
+    _assert_runs_as_the_op(session, model, tensors, op, case.attrs)
     if dtype == "float64":
         got = session.run(None, {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)})
         op.check_close(tuple(got) if len(got) > 1 else got[0], op.reference(*case.inputs, **case.attrs),
-                       dtype, case.inputs, f"decomposed, {'dynamo' if dynamo else 'TorchScript'}")
+                       dtype, case.inputs, f"decomposed, {'dynamo' if dynamo else 'TorchScript'}", case.attrs)
 
 
-def _assert_runs_as_the_op(session, model, tensors, op):
+def _assert_runs_as_the_op(session, model, tensors, op, attrs=None):
     """Every output of the graph, in ONNX Runtime, is the op's output."""
     assert [o.name for o in session.get_outputs()] and len(session.get_outputs()) == len(op.outputs)
     feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
@@ -103,6 +115,10 @@ def _assert_runs_as_the_op(session, model, tensors, op):
     with torch.no_grad():
         expected = _as_tuple(model(*tensors))
     for name, g, e in zip(op.outputs, got, expected):
+        if op.quantized_output(name):  # within one quantization step (the decomposition rounds apart)
+            qdtype = op.output_dtype(name, "", attrs)
+            assert spec.quantized_errors(g.astype(np.float64), to_numpy(e), qdtype).mismatched == 0, name
+            continue
         # the spec's tightest float32 bars (Swish's) for every op: ORT (the plugin's kernels, or
         # the decomposition in X's type) against opforge_torch, both within their op's bars of
         # the float64 reference; a float64 graph is held to the spec's own bars just after
@@ -127,4 +143,4 @@ def test_the_opforge_node_runs_in_onnxruntime_with_the_plugin(tmp_path, op, dyna
     options = onnxruntime.SessionOptions()
     options.register_custom_ops_library(opforge_ort.library_path())
     session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    _assert_runs_as_the_op(session, model, tensors, op)
+    _assert_runs_as_the_op(session, model, tensors, op, case.attrs)

@@ -23,10 +23,19 @@ inline int64_t element_count(const int64_t* shape, int32_t rank) {
   return n;
 }
 
+// Whether an output holds one value per row (OutShape::kRow): its rows are written even when X's
+// rows are empty (cols == 0), so such an op's row view keeps them.
+inline bool has_row_output(const OpDesc& op) {
+  for (int32_t i = 0; i < op.nb_outputs; ++i)
+    if (op.output_descs != nullptr && op.output_descs[i].shape == OutShape::kRow) return true;
+  return false;
+}
+
 inline RowView row_view(const OpDesc& op, const int64_t* shape, int32_t rank) {
   const int64_t n = element_count(shape, rank);
   if (op.layout == Layout::kElementwise) return {n, 1};
   const int64_t cols = shape[rank - 1];
+  if (cols == 0 && has_row_output(op)) return {element_count(shape, rank - 1), 0};
   return {cols == 0 ? 0 : n / cols, cols};
 }
 

@@ -104,6 +104,11 @@ class _TorchScriptEmitter:
             return self._g.op("ReduceMean", x, self.ints(axes), keepdims_i=1)
         return self._g.op("ReduceMean", x, axes_i=list(axes), keepdims_i=1)
 
+    def reduce_max(self, x, axes):
+        if self._g.opset >= 18:  # as ReduceMean's
+            return self._g.op("ReduceMax", x, self.ints(axes), keepdims_i=1)
+        return self._g.op("ReduceMax", x, axes_i=list(axes), keepdims_i=1)
+
     def tiny(self, like):
         return self.scalar(torch.finfo(_ts_dtype(like)).tiny, like)
 
@@ -276,9 +281,65 @@ def _opforge_node(opset, spec: opforge_spec.OpSpec):
         bound = inspect.signature(translate).bind(*args, **kwargs)
         bound.apply_defaults()
         tensors, attrs = _split_call(spec, tuple(bound.arguments.values()))
-        return node(*tensors, **_node_attributes(spec, attrs))
+        outputs = node(*tensors, **_node_attributes(spec, attrs))
+        _type_own_outputs(spec, tensors[0], attrs, outputs)
+        return outputs
 
     return _with_signature(translate, spec)
+
+
+def _retype_own_outputs(path) -> None:
+    """Types again, in the written model, the outputs of their own dtype that the dynamo exporter's
+    graph optimizer untyped: its ONNX shape inference of an opforge node (whose schema lists every
+    choice of such an output's dtype) replaces the type _type_own_outputs gave with none."""
+    import onnx
+
+    if not any(op.output_dtypes for op in opforge_spec.OPS.values()):
+        return
+    proto = onnx.load(str(path), load_external_data=False)
+    infos = {v.name: v for v in (*proto.graph.input, *proto.graph.value_info, *proto.graph.output)}
+    changed = False
+    for node in proto.graph.node:
+        spec = opforge_spec.OPS.get(node.op_type) if node.domain == DOMAIN else None
+        if spec is None or not spec.output_dtypes:
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        for name, value_name in zip(spec.outputs, node.output):
+            info = infos.get(value_name)
+            if name in spec.output_dtypes and info is not None and not info.type.tensor_type.elem_type:
+                _retype(info, infos.get(node.input[0]), spec, name, attrs)
+                changed = True
+    if changed:
+        onnx.save(proto, str(path))
+
+
+def _retype(info, x_info, spec: opforge_spec.OpSpec, name: str, attrs: dict) -> None:
+    """`info` typed as output `name` of `spec`: its dtype by the call's attributes, its shape X's
+    (the last dim 1 for a row output)."""
+    tensor_type = info.type.tensor_type
+    tensor_type.elem_type = opforge_spec.DTYPE_CODES[spec.output_dtype(name, "", attrs)]
+    if x_info is None or not x_info.type.tensor_type.HasField("shape"):
+        return
+    tensor_type.shape.CopyFrom(x_info.type.tensor_type.shape)
+    if spec.shape_rule(name) == "row" and tensor_type.shape.dim:
+        last = tensor_type.shape.dim[-1]
+        last.Clear()
+        last.dim_value = 1
+
+
+def _type_own_outputs(spec: opforge_spec.OpSpec, x, attrs, outputs) -> None:
+    """Types the outputs of their own dtype (OpSpec.output_dtypes): the schema's type constraint of
+    one picked by an attribute lists every choice, so onnxscript cannot infer it."""
+    import onnx_ir as ir
+
+    values = dict(zip(spec.attributes, attrs))
+    for name, value in zip(spec.outputs, outputs if isinstance(outputs, tuple) else (outputs,)):
+        if name not in spec.output_dtypes:
+            continue
+        value.dtype = ir.DataType(opforge_spec.DTYPE_CODES[spec.output_dtype(name, "", values)])
+        if x.shape is not None:
+            dims = list(x.shape)
+            value.shape = ir.Shape(dims[:-1] + [1] if spec.shape_rule(name) == "row" else dims)
 
 
 def _opforge_table():
@@ -312,6 +373,9 @@ class _DynamoEmitter:
 
     def reduce_mean(self, x, axes):
         return self._opset.ReduceMean(x, self.ints(axes), keepdims=1)
+
+    def reduce_max(self, x, axes):
+        return self._opset.ReduceMax(x, self.ints(axes), keepdims=1)
 
     def tiny(self, like):  # float32's: a traced value's type may not be known yet
         return self.scalar(torch.finfo(torch.float32).tiny, like)
@@ -637,6 +701,7 @@ def export(model, args, path, *, decomposed: bool | str = False, runtime: str = 
         table = {**planned, **kw.pop("custom_translation_table", {})}
         with _opforge_errors_first():
             torch.onnx.export(model, args, path, dynamo=True, custom_translation_table=table, **kw)
+        _retype_own_outputs(path)
         if plan is not None:
             _check_written_opset(path, plan)
         return path
