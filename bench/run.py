@@ -3,7 +3,7 @@
   python bench/run.py [--quick] [--out build/bench] [--ops Swish,RMSNorm,SwiGLU,AddRMSNorm]
                       [--layers torch,ort]
                       [--threads 1,all] [--repeat 20] [--budget 8]
-                      [--models efficientnet,llama_mlp,llama_layer|none]
+                      [--models efficientnet,llama_mlp,llama_layer|none] [--hf-models LLaMA,Gemma3|none]
   python bench/run.py --device cuda [--quick] [--out DIR] [--ops ...] [--time-limit SECONDS]
 
 Writes OUT/bench.json, OUT/bench.md (tables, targets met/missed), OUT/bench_<op>_<layer>.png and
@@ -40,6 +40,9 @@ def parse(argv):
     parser.add_argument("--layers", default="torch,ort")
     parser.add_argument("--models", default="efficientnet,llama_mlp,llama_layer",
                         help="real-model section (opforge_bench/real_models.py); 'none' skips it")
+    parser.add_argument("--hf-models", default="LLaMA,Gemma3",
+                        help="Hugging Face models section (opforge_bench/hf_models.py: transformers' "
+                             "models, patched vs not, tokens/s); 'none' skips it")
     parser.add_argument("--threads", default="1,all", help="comma list; 'all' = every CPU we may use")
     parser.add_argument("--sizes", default="", help="comma list of element counts (default: by LLC)")
     parser.add_argument("--repeat", type=int, default=20)
@@ -102,6 +105,8 @@ def cpu_main(args) -> int:
                                budget_s=args.budget)
         artifacts += real_models.write(real, args.out)
         numbers.update(real_models.headline_numbers(real))
+    if args.hf_models != "none":
+        artifacts += hf_section(args, max(threads), numbers)
     numbers["bench.busy"] = int(host["busy"])
     numbers["bench.peak_rss_mib"] = round(data["peak_rss_bytes"] / 2**20, 1)
     _stage_result(numbers, artifacts)
@@ -110,6 +115,16 @@ def cpu_main(args) -> int:
         print(f"  {t['status']:>12}  {ratio:>7} (bar {t['bar']}x)  {t['target']}  {t.get('detail', '')}")
     print(f"bench: peak RSS {data['peak_rss_bytes'] / 2**30:.2f} GiB; wrote {args.out / 'bench.md'}")
     return 0 if data["rows"] else 1
+
+
+def hf_section(args, threads: int, numbers: dict) -> list:
+    """The Hugging Face models section appended to the report (--quick: its smoke-test size)."""
+    from opforge_bench import hf_models
+
+    data = hf_models.run(args.hf_models.split(","), quick=args.quick, threads=threads,
+                         repeat=args.repeat, budget_s=args.budget)
+    numbers.update(hf_models.headline_numbers(data))
+    return hf_models.write(data, args.out)
 
 
 def _stage_result(numbers: dict, artifacts: list) -> None:

@@ -51,7 +51,7 @@ def test_every_ort_model_of_the_op_gives_the_spec_outputs():
 def test_a_tiny_run_times_the_fused_op_against_add_then_rms_norm(tmp_path):
     proc = subprocess.run([sys.executable, str(RUN), "--out", str(tmp_path), "--sizes", "65536",
                            "--repeat", "3", "--threads", "1", "--ops", "AddRMSNorm",
-                           "--models", "none", "--budget", "2"],
+                           "--models", "none", "--hf-models", "none", "--budget", "2"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "bench.json").read_text())

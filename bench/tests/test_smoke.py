@@ -16,7 +16,7 @@ def test_quick_run_writes_json_table_plots_and_stage_result(tmp_path):
     env = {**os.environ, "OPFORGE_STAGE_RESULT": str(stage)}
     proc = subprocess.run([sys.executable, str(RUN), "--quick", "--out", str(tmp_path / "b"),
                            "--sizes", "4096,65536", "--repeat", "3", "--threads", "1",
-                           "--models", "none"],
+                           "--models", "none", "--hf-models", "none"],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "b" / "bench.json").read_text())
@@ -33,7 +33,7 @@ def test_quick_run_writes_json_table_plots_and_stage_result(tmp_path):
 def test_quick_run_covers_swiglu_and_reports_peak_rss(tmp_path):
     proc = subprocess.run([sys.executable, str(RUN), "--out", str(tmp_path), "--sizes", "65536",
                            "--repeat", "3", "--threads", "1", "--ops", "SwiGLU,Swish",
-                           "--models", "none"],
+                           "--models", "none", "--hf-models", "none"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((tmp_path / "bench.json").read_text())
