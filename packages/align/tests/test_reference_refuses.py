@@ -66,10 +66,10 @@ ISSUE_CASES = {
                     spec.ADD_RMS_NORM.r_error((2, 4), (1, 4))),
     "w_of_length_1": ("RMSNorm", (_f32(2, 4), _f32(1)), {}, spec.RMS_NORM.w_error((2, 4), (1,))),
     "r_of_another_dtype": ("AddRMSNorm", (_f32(2, 4), np.ones((2, 4), np.float16), _f32(4)), {},
-                           spec.error("AddRMSNorm", "R", "float32 tensor (same type as X)",
+                           spec.error("AddRMSNorm", "R", "float32 tensor (same dtype as X)",
                                       "float16 tensor")),
     "w_of_another_dtype": ("RMSNorm", (_f32(2, 4), np.ones(4, np.float64)), {},
-                           spec.error("RMSNorm", "W", "float32 tensor (same type as X)",
+                           spec.error("RMSNorm", "W", "float32 tensor (same dtype as X)",
                                       "float64 tensor")),
 }
 
@@ -136,7 +136,7 @@ def test_a_dtype_known_only_inside_the_graph_is_checked_in_either_precision(tmp_
                                                                              precision):
     model = _behind_other_nodes(tmp_path / "behind.onnx")
     line = _refused(capsys, tmp_path, model, "--reference-precision", precision)
-    expected = spec.error("AddRMSNorm", "R", "float32 tensor (same type as X)", "float16 tensor")
+    expected = spec.error("AddRMSNorm", "R", "float32 tensor (same dtype as X)", "float16 tensor")
     assert line.strip().endswith(f'reference: {expected} (node "norm")'), line
 
 

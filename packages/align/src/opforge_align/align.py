@@ -7,11 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from onnx import helper
+
+import opforge_spec as spec
 
 from . import inputs as feeding
 from . import model as models
 from . import npz, runtimes, tolerances
-from .compare import Metrics, float_dtype, judged_dtype, measure
+from .compare import Metrics, float_dtype, judged_dtype, measure, measure_quantized
 from .errors import AlignError
 
 GOLDEN = "stored"  # the baseline's name when --load-outputs gives it
@@ -233,8 +236,16 @@ def _run_all(model, proto, feeds, names, usable, options, timings) -> dict:
 def _save(path: Path, feeds: dict, tensors: dict) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as handle:  # np.savez(path) would append ".npz" to other suffixes
-        np.savez(handle, **{**feeds, **tensors})
+        np.savez(handle, **{k: _storable(v) for k, v in {**feeds, **tensors}.items()})
     return str(path)
+
+
+def _storable(array):
+    """An array .npz can hold and give back: ml_dtypes' float8 (RMSNormQuant's Q) has no numpy
+    type string (it would come back as raw bytes, 'V1'), so it is stored as the float32 holding
+    its values exactly."""
+    array = np.asarray(array)
+    return array.astype(np.float32) if array.dtype.name.startswith("float8") else array
 
 
 def _compare(model, names, actual: dict, expected: dict, subject, baseline, overrides) -> list:
@@ -253,10 +264,33 @@ def _compare(model, names, actual: dict, expected: dict, subject, baseline, over
         else:
             a = np.asarray(actual[name])
             result.dtype, result.shape = str(a.dtype), list(a.shape)
-            tolerance = budgets[name]  # result.tolerance
-            result.metrics = measure(a, expected[name], tolerance.rtol, tolerance.atol)
+            result.metrics = _measure(model, info, a, expected[name], budgets[name])
         results.append(result)
     return results
+
+
+def _measure(model, info, actual, expected, tolerance) -> Metrics:
+    """A quantized output within one quantization step (measure_quantized), any other tensor
+    within its tolerance."""
+    qdtype = quantized_dtype(model, info)
+    if qdtype:
+        return measure_quantized(actual, expected, qdtype)
+    return measure(actual, expected, tolerance.rtol, tolerance.atol)
+
+
+def quantized_dtype(model, info) -> str:
+    """The dtype (int8, float8_e4m3fn) of tensor `info` when it is an opforge op's quantized
+    output (its dtype picked by an enum attribute: the node's value, else the default); else ""."""
+    domain, _, name = info.op.rpartition("::")
+    op = spec.OPS.get(name) if domain == spec.DOMAIN else None
+    if op is None or not info.output or not op.quantized_output(info.output):
+        return ""
+    node = model.proto.graph.node[info.order]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in op.attributes}
+    try:
+        return op.output_dtype(info.output, "", attrs)
+    except KeyError:  # not one of the enum's values: the runtimes refuse the node themselves
+        return ""
 
 
 def _dtype_of(model, name: str, array, baseline) -> str | None:

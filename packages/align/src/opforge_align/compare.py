@@ -37,6 +37,8 @@ class Metrics:
     worst_value: float | None = None
     worst_expected: float | None = None
     detail: str = ""             # why it could not be compared element-wise (shape, dtype kind)
+    quantized: str = ""          # a quantized output's dtype (int8, float8_e4m3fn): judged in steps
+    off_by_one: int = 0          # a quantized output's elements one quantization step off (allowed)
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -103,6 +105,29 @@ def _measure_float(a, e, dtype, rtol, atol) -> Metrics:
                    max_ulp=float(ulps.max()), p99_ulp=_p99(ulps[finite]),
                    mismatched=int(bad.sum()), worst_index=tuple(int(i) for i in worst),
                    worst_value=float(a[worst]), worst_expected=float(e[worst]))
+
+
+def measure_quantized(actual, expected, qdtype: str) -> Metrics:
+    """A quantized output (an opforge op's output whose dtype an enum attribute picks: int8,
+    float8 e4m3fn) against its expected value: equal, or one quantization step off (allowed,
+    counted in off_by_one), at the dtype's spacing (opforge_spec.quantized_errors, the spec's own
+    rule); `max_ulp` holds the largest error in steps."""
+    a, e = _as_float64(actual), _as_float64(expected)
+    if a.shape != e.shape:
+        return Metrics(False, mismatched=-1, quantized=qdtype,
+                       detail=f"shape: expected {list(e.shape)}, got {list(a.shape)}")
+    if a.size == 0:
+        return Metrics(True, quantized=qdtype)
+    errs = spec.quantized_errors(a, e, qdtype)
+    worst = tuple(errs.worst_index)
+    return Metrics(ok=errs.mismatched == 0, max_abs=errs.max_abs, max_ulp=errs.max_ulp,
+                   mismatched=errs.mismatched, worst_index=worst, worst_value=float(a[worst]),
+                   worst_expected=float(e[worst]), quantized=qdtype, off_by_one=errs.off_by_one)
+
+
+def _as_float64(values) -> np.ndarray:
+    """float64 of any array, float8 (ml_dtypes) and int8 included."""
+    return np.asarray(values).astype(np.float64)
 
 
 def _measure_exact(a, e) -> Metrics:

@@ -161,13 +161,42 @@ STAND_IN_OPSET = 13
 
 
 def _typed_like_x(node) -> list:
-    """`node`, or for an opforge node one stand-in per named output: X's type, no shape."""
+    """`node`, or for an opforge node stand-ins per named output: its type (X's, or its own: a
+    Cast of X's reshape to it), no shape."""
     if node.domain != spec.DOMAIN:
         return [node]
     if not node.input or not node.input[0]:
         return []  # no X: its outputs' types stay unknown
-    return [helper.make_node("Reshape", [node.input[0], UNKNOWN_SHAPE], [name])
-            for name in node.output if name]
+    stand_ins = []
+    for role, name in zip(_output_roles(node), node.output):
+        if not name:
+            continue
+        code = _own_dtype_code(node, role)
+        if code is None:
+            stand_ins.append(helper.make_node("Reshape", [node.input[0], UNKNOWN_SHAPE], [name]))
+        else:
+            shaped = f"{name}::{UNKNOWN_SHAPE}"
+            stand_ins += [helper.make_node("Reshape", [node.input[0], UNKNOWN_SHAPE], [shaped]),
+                          helper.make_node("Cast", [shaped], [name], to=code)]
+    return stand_ins
+
+
+def _output_roles(node) -> list:
+    op = spec.OPS.get(node.op_type)
+    return list(op.outputs) if op is not None else [""] * len(node.output)
+
+
+def _own_dtype_code(node, role: str) -> int | None:
+    """The ONNX element type of an opforge node's output `role` when it is not X's (a fixed dtype,
+    or the one the node's enum attribute picks); None for X's or an op/value the spec lacks."""
+    op = spec.OPS.get(node.op_type)
+    if op is None or role not in op.output_dtypes:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in op.attributes}
+    try:
+        return spec.DTYPE_CODES[op.output_dtype(role, "", attrs)]
+    except KeyError:  # a value the enum lacks: the node is refused when it runs
+        return None
 
 
 def _dtype_name(elem_type: int) -> str:

@@ -109,4 +109,4 @@ def _same_dtype_error(op: spec.OpSpec, role: str, x_dtype: str | None,
                       dtype: str | None) -> str | None:
     if x_dtype is None or dtype is None or dtype == x_dtype:
         return None
-    return spec.error(op.name, role, f"{x_dtype} tensor (same type as X)", f"{dtype} tensor")
+    return spec.error(op.name, role, f"{x_dtype} tensor (same dtype as X)", f"{dtype} tensor")

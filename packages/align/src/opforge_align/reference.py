@@ -26,8 +26,20 @@ class _SpecOp(OpRun):
         op = self.spec_op
         assert op is not None  # an op's subclass
         values = checked_attributes(op, self.onnx_node, arrays, attrs, self.context)
-        # every output (AddRMSNorm's Y and H), in the node's output order
-        return tuple(y.astype(arrays[0].dtype) for y in as_tuple(op, op.reference(*arrays, **values)))
+        # every output (AddRMSNorm's Y and H), in the node's output order, each of its dtype
+        outputs = as_tuple(op, op.reference(*arrays, **values))
+        return tuple(_typed(op, name, y, arrays[0].dtype, values, self.context)
+                     for name, y in zip(op.outputs, outputs))
+
+
+def _typed(op: spec.OpSpec, output: str, y, x_dtype, values: dict, context: Context):
+    """An output of X's dtype as X's; one of its own (RMSNormQuant's Q and scale) as that dtype,
+    or, in a float64 run, as the float64 the reference computed (downstream ops widen it anyway)."""
+    if output not in op.output_dtypes:
+        return y.astype(x_dtype)
+    if context.widened:
+        return np.asarray(y, np.float64)
+    return np.asarray(y).astype(np_dtype(spec.DTYPE_CODES[op.output_dtype(output, "", values)]))
 
 
 def _run(self, *arrays, **attrs):

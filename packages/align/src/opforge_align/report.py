@@ -56,6 +56,8 @@ def _one(r) -> dict:
                             "expected": m.worst_expected}})
     if m.detail:
         entry["detail"] = m.detail
+    if m.quantized:  # judged in quantization steps (max_ulp: the largest error in steps)
+        entry.update({"quantized": m.quantized, "off_by_one": m.off_by_one})
     return entry
 
 
@@ -84,6 +86,8 @@ def summary(report) -> str:
     for name, why in report.skipped_runtimes.items():
         lines.append(f"  skipped {name}: {why}")
     lines += [f"  note: {note}" for note in report.notes]
+    lines += [f"  {r.tensor!r} ({r.subject}): {_steps_text(r.metrics)}" for r in compared
+              if r.metrics.quantized and r.metrics.off_by_one]
     first = report.first_divergence
     if first is not None:
         lines.append(f"  first divergence: {first.tensor!r} (node {first.node}, {_op_text(first)}) "
@@ -98,12 +102,20 @@ def _op_text(r) -> str:
     return f"{r.op} output {r.output}" if r.output else r.op
 
 
+def _steps_text(m) -> str:
+    return f"{m.off_by_one} element(s) one {m.quantized} quantization step off (allowed)"
+
+
 def _worst_text(r) -> str:
     if r.metrics is None:
         return r.missing
     m = r.metrics
     if m.detail:
         return m.detail
+    if m.quantized:
+        return (f"{m.mismatched} element(s) more than one {m.quantized} quantization step off "
+                f"({m.off_by_one} one step off); max {m.max_ulp:.3g} steps, max abs {m.max_abs:.3g}; worst at "
+                f"{list(m.worst_index)}: got {m.worst_value!r}, expected {m.worst_expected!r}")
     return (f"{m.mismatched} element(s) outside rtol={r.tolerance.rtol:.3g} atol={r.tolerance.atol:.3g}"
             f"; max abs {m.max_abs:.3g}, max rel {m.max_rel:.3g}, max {m.max_ulp:.3g} ulp; worst at "
             f"{list(m.worst_index)}: got {m.worst_value!r}, expected {m.worst_expected!r}")
@@ -147,6 +159,8 @@ def _row(r) -> str:
     m = r.metrics
     worst = f"{m.worst_value:.9g} / {m.worst_expected:.9g} {list(m.worst_index)}" \
         if m.worst_value is not None else "-"
+    if m.quantized:  # the ulp columns hold quantization steps; the tolerance is one step
+        tol = f"1 {m.quantized} step ({m.off_by_one} one step off)"
     return (f"| {r.order} | `{r.tensor}` | {_op_text(r)} | {r.subject} | {r.dtype} | {r.shape} | "
             f"{m.max_abs:.3g} | {m.max_rel:.3g} | {m.max_ulp:.3g} | {m.p99_ulp:.3g} | {worst} | "
             f"{tol} | {ok} |")

@@ -177,6 +177,10 @@ def _to_numpy(value) -> np.ndarray:
         import ml_dtypes
 
         return value.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    if value.dtype == torch.float8_e4m3fn:  # numpy has no float8 either: the same bits
+        import ml_dtypes
+
+        return value.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
     return value.numpy()
 
 
