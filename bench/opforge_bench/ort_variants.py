@@ -19,10 +19,12 @@ OPSET = 17
 
 
 def _model(nodes, inputs, initializers=(), opsets=(("", OPSET),), ir_version=8,
-           outputs=("Y",)) -> bytes:
+           outputs=("Y",), output_types=None) -> bytes:
+    """A float32 graph; `output_types` (ONNX codes) where an output has a type of its own."""
+    types = output_types or [TensorProto.FLOAT] * len(outputs)
     graph = helper.make_graph(
         nodes, "bench", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        [helper.make_tensor_value_info(n, code, None) for n, code in zip(outputs, types)],
         list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
     model.ir_version = ir_version
@@ -102,6 +104,11 @@ def _initializers(spec: opforge_spec.OpSpec, cols: int) -> list:
     return [_weight(cols)] if "W" in spec.inputs else []
 
 
+def _output_types(spec: opforge_spec.OpSpec) -> list:
+    """Each output's ONNX type for float32 X and the spec's default attributes (its dtype rule)."""
+    return [opforge_spec.DTYPE_CODES[spec.output_dtype(name, "float32")] for name in spec.outputs]
+
+
 def opforge_model(op: str, cols: int = COLS) -> bytes:
     """One opforge node with the spec's attribute defaults; X (and R) by the spec's shape rule,
     W (a per-column weight) an initializer, as in the composed graphs."""
@@ -110,7 +117,7 @@ def opforge_model(op: str, cols: int = COLS) -> bytes:
                             **spec.defaults())
     return _model([node], _graph_inputs(spec, cols), _initializers(spec, cols),
                   opsets=(("", OPSET), (opforge_spec.DOMAIN, opforge_spec.DOMAIN_VERSION)),
-                  outputs=spec.outputs)
+                  outputs=spec.outputs, output_types=_output_types(spec))
 
 
 class GraphEmitter:
@@ -168,7 +175,7 @@ def decomposed_model(op: str, cols: int = COLS) -> bytes:
     for tensor, name in zip(returned if len(spec.outputs) > 1 else (returned,), spec.outputs):
         e.rename(tensor, name)
     return _model(e.nodes, _graph_inputs(spec, cols), [*_initializers(spec, cols), *e.initializers],
-                  outputs=spec.outputs)
+                  outputs=spec.outputs, output_types=_output_types(spec))
 
 
 # ORT's own forms of an op (composed graph, fused contrib ops) that opforge_ort competes with;
