@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from opforge_align import tolerances, trt
@@ -87,3 +88,33 @@ def test_tensorrt_versions_that_cannot_parse_a_standard_op_are_named():
     assert "TensorRT parses no SwiGLU" in (trt.native_op_refusal(swiglu, "11.5.0") or "")
     opforge_only = _model([helper.make_node("Swish", ["X"], ["Y"], domain="opforge")])
     assert trt.native_op_refusal(opforge_only, "10.0.1") is None  # the plugin's, not the parser's
+
+
+def test_an_auto_export_is_compared_tensor_by_tensor(tmp_path, align, ort_library):
+    """opforge_torch's decomposed="auto" export for ONNX Runtime 1.32 at opset 24 (standard ops
+    beside opforge nodes, as the export table names them) agrees with the reference everywhere."""
+    torch = pytest.importorskip("torch")
+    opforge_torch = pytest.importorskip("opforge_torch")
+    opforge_onnx = pytest.importorskip("opforge_torch.onnx")
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, 16))
+
+        def forward(self, x, r):
+            y, h = opforge_torch.add_rms_norm(x, r, self.w, 1e-5)
+            return opforge_torch.swiglu(torch.cat([opforge_torch.rms_norm(y, self.w), h], -1)), h
+
+    g = torch.Generator().manual_seed(2)
+    inputs = (torch.randn(2, 3, 16, generator=g), torch.randn(2, 3, 16, generator=g))
+    path, report = tmp_path / "auto.onnx", tmp_path / "report.json"
+    opforge_onnx.export(Block().eval(), inputs, str(path), decomposed="auto",
+                        runtime_version="1.32.0", opset_version=OPSET, input_names=["x", "r"])
+    forms = {c.op: c.form for c in opforge_onnx.export_plan("onnxruntime", "1.32.0", OPSET).choices}
+    result = align("run", path, "--runtimes", "ort,reference", "--all-tensors", "--json", report)
+    assert result.returncode == 0, result.stdout + result.stderr
+    compared = {t["op"] for t in json.loads(report.read_text())["tensors"]}
+    if forms["AddRMSNorm"] == "standard":
+        assert "RMSNormalization" in compared
+    assert ("opforge::SwiGLU" in compared) == (forms["SwiGLU"] == "opforge")
