@@ -93,10 +93,51 @@ int op_forward(int op, const T* x, const T* r, const T* w, T* y, T* h, int64_t r
   return found;
 }
 
+// The backward of every op of a launcher family by its index in kOps: dX of a single-input op
+// (elementwise, gated), dX and dW (added into `dw`) of a row op, and dR (= dX) of a residual one;
+// dH is a residual op's second gradient. -1 for an op of another shape.
+template <class T>
+int op_backward(int op, const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr,
+                double* dw, int64_t rows, int64_t cols, const float* attrs) {
+  if (op < 0 || op >= int(sizeof k::kOps / sizeof k::kOps[0])) return -1;
+  k::AttrValues values;
+  for (int32_t i = 0; i < k::kOps[op]->nb_attrs; ++i) values.v[i] = attrs[i];
+  int found = -1;
+#define OPFORGE_SHIM_BACKWARD(Name, name)                                 \
+  if (k::kOps[op] == &cpu::Name##Kernel::desc) {                          \
+    cpu::Name##Kernel::backward<T>({dy, x, dx, cols, values}, 0, rows);   \
+    found = 0;                                                            \
+  }
+#define OPFORGE_SHIM_ROW_BACKWARD(Name, name)                                                      \
+  if (k::kOps[op] == &cpu::Name##Kernel::desc) {                                                   \
+    cpu::row_norm_backward<T>(dy, x, w, dx, dw, 0, rows, cols, cpu::Name##Kernel::norm(values));    \
+    found = 0;                                                                                     \
+  }
+#define OPFORGE_SHIM_RESIDUAL_BACKWARD(Name, name)                                                 \
+  if (k::kOps[op] == &cpu::Name##Kernel::desc) {                                                   \
+    cpu::residual_row_norm_backward<T>(dy, dh, x, r, w, dx, dr, dw, 0, rows, cols,                 \
+                                       cpu::Name##Kernel::norm(values));                            \
+    found = 0;                                                                                     \
+  }
+  OPFORGE_FOR_EACH_ELEMENTWISE_OP(OPFORGE_SHIM_BACKWARD)
+  OPFORGE_FOR_EACH_GATED_OP(OPFORGE_SHIM_BACKWARD)
+  OPFORGE_FOR_EACH_ROW_NORM_OP(OPFORGE_SHIM_ROW_BACKWARD)
+  OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP(OPFORGE_SHIM_RESIDUAL_BACKWARD)
+#undef OPFORGE_SHIM_BACKWARD
+#undef OPFORGE_SHIM_ROW_BACKWARD
+#undef OPFORGE_SHIM_RESIDUAL_BACKWARD
+  return found;
+}
+
 #define OP_SHIM(T, SUFFIX)                                                                       \
   extern "C" int op_forward_##SUFFIX(int op, const T* x, const T* r, const T* w, T* y, T* h,     \
                                      int64_t rows, int64_t cols, const float* attrs) {           \
     return op_forward<T>(op, x, r, w, y, h, rows, cols, attrs);                                  \
+  }                                                                                              \
+  extern "C" int op_backward_##SUFFIX(int op, const T* dy, const T* dh, const T* x, const T* r,  \
+                                      const T* w, T* dx, T* dr, double* dw, int64_t rows,        \
+                                      int64_t cols, const float* attrs) {                        \
+    return op_backward<T>(op, dy, dh, x, r, w, dx, dr, dw, rows, cols, attrs);                   \
   }
 
 OP_SHIM(float, f32)

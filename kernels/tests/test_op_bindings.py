@@ -6,6 +6,7 @@ import ctypes
 import subprocess
 from pathlib import Path
 
+import kernel_checks as checks
 import numpy as np
 import pytest
 
@@ -67,6 +68,53 @@ def test_binding_matches_reference(shim, op, dtype):
     for case in op.cases(dtype):
         got = run_forward(shim, op, dtype, case.inputs, case.attrs)
         op.check_close(got, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
+
+
+def run_backward(shim, op, inputs: dict, dy, dh=None):
+    """float64 (dX, dW or None) from the op's binding (dR checked to be dX), at its defaults."""
+    x, w, r = inputs["x"], inputs["w"], inputs["r"]
+    cols = x.shape[-1] if op.layout == "rows" else 1
+    rows = x.size // cols
+    dx, dr = np.empty_like(x), (np.empty_like(x) if r is not None else None)
+    dw = np.zeros(cols, np.float64) if w is not None else None
+    attrs = np.array(list(op.defaults().values()) or [0.0], np.float32)
+    status = shim.op_backward_f64(ctypes.c_int(list(spec.OPS).index(op.name)), ptr(dy), ptr(dh), ptr(x), ptr(r),
+                                  ptr(w), ptr(dx), ptr(dr), ptr(dw), ctypes.c_int64(rows), ctypes.c_int64(cols),
+                                  ptr(attrs))
+    assert status == 0, f"opforge.{op.name}: no CPU backward reached by its index in kOps"
+    if dr is not None:
+        np.testing.assert_array_equal(dr, dx, err_msg=f"opforge.{op.name}: dR is not dX")
+    return dx, dw
+
+
+@pytest.mark.parametrize("op", family_ops())
+def test_binding_backward_matches_the_float64_gradient(shim, op):
+    """dX (and dW) in float64 against kernel_checks' gradients: the row families' formulas, the
+    reference's central differences for the others (their own formulas for opforge's ops)."""
+    for label, *case in checks.backward_cases(op, "float64", max_elements=1 << 16):
+        inputs, dy, dh = contiguous_float64(*case)
+        dx, dw = run_backward(shim, op, inputs, dy, dh)
+        want_dx, want_dw, dx_scale, dw_scale = checks.backward_reference(op, inputs["x"], inputs["w"], dy,
+                                                                         inputs["r"], dh)
+        # float64 kernels against formulas, or central differences (up to ~1e-6 at a kink)
+        rtol = 1e-9 if checks.has_exact_gradient(op) else 1e-5
+        assert_close(dx, want_dx, dx_scale, rtol, f"opforge.{op.name} {label} dX")
+        if want_dw is not None:
+            assert_close(dw, want_dw, dw_scale, rtol, f"opforge.{op.name} {label} dW")
+
+
+def contiguous_float64(inputs: dict, dy, dh) -> tuple:
+    def array(a):
+        return None if a is None else np.array(a, np.float64, order="C")
+    return {k: array(v) for k, v in inputs.items()}, array(dy), array(dh)
+
+
+def assert_close(got, want, scale, rtol, label):
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all(), f"{label}: NaN at other places"
+    error = np.abs(got[~nan] - want[~nan])
+    bound = rtol * (scale[~nan] + scale[~nan].max(initial=0.0))
+    assert (error <= bound).all(), f"{label}: worst error {error.max(initial=0.0):.3g}"
 
 
 def test_an_index_past_the_ops_is_refused(shim):

@@ -1,0 +1,90 @@
+"""An op of a known shape is two files: in a copy of the tree, a probe op of each launcher family
+(kernels/tests/probe_ops/: its spec module and its math header, nothing else) is added, the
+declarations regenerated, and each layer's registry tests run on the probes: the kernels' generated
+files and CPU bindings (test_generated.py, test_op_bindings.py), and opforge_torch built from the
+copy (CPU, one extension build) with its test_registry.py."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import opforge_spec as spec
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PROBES = HERE / "probe_ops"
+FAMILIES = ("elementwise", "gated", "row_norm", "residual_row_norm")
+JUNK = shutil.ignore_patterns("build", "dist", "__pycache__", "*.egg-info", "*.so", "*.so.*", ".venv",
+                              "*.o", ".pytest_cache")
+
+
+def probe_names() -> list:
+    return sorted(p.stem for p in PROBES.glob("*.py"))
+
+
+def add_probes(kernels: Path) -> None:
+    """Each probe's two files where an op's two files go, nothing else."""
+    for name in probe_names():
+        shutil.copy(PROBES / f"{name}.py", kernels / "opforge_spec" / "ops" / f"{name}.py")
+        shutil.copy(PROBES / f"{name}.h", kernels / "include" / "opforge" / "kernels" / "ops" / f"{name}.h")
+
+
+def run(args, cwd: Path, env: dict, what: str, timeout: int) -> str:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, f"{what} failed in the copy with the probe ops:\n{out[-6000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("two_file_ops")
+    for folder in ("kernels", "packages"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=JUNK)
+    add_probes(root / "kernels")
+    env = {**os.environ, "PYTHONPATH": str(root / "kernels")}
+    run([sys.executable, "-m", "opforge_spec.generate"], root / "kernels", env, "generate", 120)
+    return root
+
+
+def python_path(*folders: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(f) for f in folders)}
+
+
+def test_each_probe_is_two_files_of_a_known_family():
+    names = probe_names()
+    assert sorted(p.name for p in PROBES.iterdir() if p.suffix in (".py", ".h")) == sorted(
+        [f"{n}.py" for n in names] + [f"{n}.h" for n in names])
+    assert len(names) == len(FAMILIES)
+
+
+def test_the_copy_finds_every_probe_in_its_family(tree):
+    env = python_path(tree / "kernels")
+    program = ("import opforge_spec as s; "
+               "print(sorted((o.family, o.name) for o in s.OPS.values() if o.name.startswith('Probe')))")
+    listing = run([sys.executable, "-c", program], tree, env, "listing the ops", 60)
+    assert listing.strip() == str(sorted(zip(FAMILIES, ("ProbeSoftsign", "ProbeSigmoidGLU", "ProbeRMSNorm",
+                                                        "ProbeAddRMSNorm"))))
+    assert not any(op.name.startswith("Probe") for op in spec.OPS.values())  # only in the copy
+
+
+def test_kernels_generated_files_and_cpu_bindings_take_the_probes(tree):
+    env = python_path(tree / "kernels")
+    out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_generated.py",
+               "tests/test_op_bindings.py"], tree / "kernels", env, "kernels' registry tests", 400)
+    assert "passed" in out
+
+
+def test_opforge_torch_built_from_the_copy_registers_the_probes(tree):
+    pytest.importorskip("torch")
+    torch_ext, kernels = tree / "packages" / "torch_ext", tree / "kernels"
+    env = {**python_path(kernels), "OPFORGE_CUDA_HOME": "", "MAX_JOBS": "2",
+           "OPFORGE_KERNELS_INCLUDE_DIR": str(kernels / "include")}
+    run([sys.executable, "setup.py", "build_ext", "--inplace"], torch_ext, env, "opforge_torch's build", 500)
+    env = python_path(torch_ext / "src", kernels)
+    out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_registry.py", "-k",
+               "Probe and not onnxruntime_with_the_plugin"], torch_ext, env, "opforge_torch's test_registry", 400)
+    assert "passed" in out  # pytest exits 5 when -k selects nothing
