@@ -94,7 +94,7 @@ def op_reasons(op_name: str, torch_name: str, found: dict) -> dict:
     if not found[plan.OPFORGE] and not hasattr(torch.ops.opforge, torch_name):
         out[f"{op_name} {plan.OPFORGE}"] = f"this opforge_torch has no torch.ops.opforge.{torch_name}"
     if form.liger is None:
-        out[f"{op_name} {plan.LIGER}"] = plan.NO_LIGER.get(torch_name, "no Liger kernel named here")
+        out[f"{op_name} {plan.LIGER}"] = plan.why_no_liger(torch_name)
     elif not found[plan.LIGER]:
         try:
             gpu_forms.liger_function(form)

@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 import opforge_spec
 
+from .gpu_report import LIGER_KERNELS
+
 EPS = opforge_spec.RMS_NORM.defaults()["epsilon"]
 
 
@@ -80,11 +82,10 @@ def _norm_args(*tensors):
 # x * (beta * x).sigmoid(), is three. Swish has no Liger kernel (gpu_report.NO_LIGER).
 PEERS = {
     "swish": Peer(F.silu),
-    "rms_norm": Peer(llama_rms_norm, "liger_kernel.ops.rms_norm.LigerRMSNormFunction", _norm_args),
-    "swiglu": Peer(_silu_mul, "liger_kernel.ops.swiglu.LigerSiLUMulFunction", _halves),
-    "geglu": Peer(None, "liger_kernel.ops.geglu.LigerGELUMulFunction", _halves),
-    "add_rms_norm": Peer(None, "liger_kernel.ops.fused_add_rms_norm.LigerFusedAddRMSNormFunction",
-                         _norm_args),
+    "rms_norm": Peer(llama_rms_norm, LIGER_KERNELS["rms_norm"], _norm_args),
+    "swiglu": Peer(_silu_mul, LIGER_KERNELS["swiglu"], _halves),
+    "geglu": Peer(None, LIGER_KERNELS["geglu"], _halves),
+    "add_rms_norm": Peer(None, LIGER_KERNELS["add_rms_norm"], _norm_args),
 }
 
 

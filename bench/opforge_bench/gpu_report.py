@@ -26,8 +26,20 @@ TORCH_VARIANTS = (EAGER, COMPILE, LIGER, OPFORGE)
 FLUSH_BELOW_L2 = 4  # runs moving fewer bytes than this x L2 get the L2 flushed first
 COPY_BARS = {"forward": 0.85, "forward+backward": 0.70}
 PEER_BAR = 1.0
-# Ops (torch names) Liger-Kernel has no kernel for: no Liger target for them.
+# Liger-Kernel's autograd Function for an op (torch name -> "module.Class"): the op gets a Liger
+# target; an op not listed gets none, with the reason (NO_LIGER's, else a generic one).
+LIGER_KERNELS = {
+    "rms_norm": "liger_kernel.ops.rms_norm.LigerRMSNormFunction",
+    "swiglu": "liger_kernel.ops.swiglu.LigerSiLUMulFunction",
+    "geglu": "liger_kernel.ops.geglu.LigerGELUMulFunction",
+    "add_rms_norm": "liger_kernel.ops.fused_add_rms_norm.LigerFusedAddRMSNormFunction",
+}
 NO_LIGER = {"swish": "Liger-Kernel has no Swish (SiLU) kernel of its own"}
+
+
+def why_no_liger(torch_name: str) -> str:
+    return NO_LIGER.get(torch_name, f"no Liger-Kernel kernel is listed for {torch_name} "
+                                    "(gpu_report.LIGER_KERNELS)")
 # Forward outputs are compared with the eager form's: max |diff| / max |eager| above this is flagged.
 AGREEMENT = {"float32": 1e-4, "bfloat16": 3e-2, "float16": 5e-3}
 
@@ -50,8 +62,8 @@ def no_liger(ops) -> dict:
     """op -> why Liger is not compared for it."""
     import opforge_spec
 
-    return {op: NO_LIGER[opforge_spec.OPS[op].torch_name] for op in ops
-            if opforge_spec.OPS[op].torch_name in NO_LIGER}
+    return {op: why_no_liger(opforge_spec.OPS[op].torch_name) for op in ops
+            if opforge_spec.OPS[op].torch_name not in LIGER_KERNELS}
 
 
 def widths(op: str) -> tuple:
@@ -63,13 +75,21 @@ def largest(op: str) -> tuple:
     return max(TOKENS), max(widths(op))
 
 
+def modes(op: str) -> tuple:
+    """MODES of an op with a gradient; "forward" only for an inference op (RMSNormQuant: no
+    backward to time, and its int8/float8 outputs have no gradient to feed)."""
+    import opforge_spec
+
+    return MODES if opforge_spec.OPS[op].has_gradient else MODES[:1]
+
+
 def configs(ops, *, quick: bool) -> list:
     """(op, dtype, mode, tokens, width) to measure, the targets' first: the largest shape in the
     target dtypes, then the rest (a run that reaches its time limit has judged the targets)."""
     out = []
     for op in ops:
         shapes = [largest(op)] if quick else list(itertools.product(TOKENS, widths(op)))
-        out += [(op, dtype, mode, t, w) for dtype in DTYPES for mode in MODES for t, w in shapes]
+        out += [(op, dtype, mode, t, w) for dtype in DTYPES for mode in modes(op) for t, w in shapes]
 
     def later(cfg):
         op, dtype, _, tokens, width = cfg
@@ -84,7 +104,7 @@ def target_specs(ops) -> list:
     """(id, text, op, dtype, mode, kind, bar); kind: copy | COMPILE | LIGER."""
     without_liger = no_liger(ops)
     specs = []
-    for op, dtype, mode in itertools.product(ops, TARGET_DTYPES, MODES):
+    for op, dtype, mode in ((o, d, m) for o in ops for d in TARGET_DTYPES for m in modes(o)):
         slug = f"{op}.{dtype}.{'fwd' if mode == 'forward' else 'fwdbwd'}"
         bar = COPY_BARS[mode]
         specs.append((f"{slug}.copy", f"{op} {dtype} {mode} >= {bar:.0%} of D2D copy bandwidth",

@@ -24,7 +24,8 @@ def test_every_op_of_the_spec_has_a_gpu_form_and_a_liger_decision():
     for op in spec.OPS.values():
         form = gpu_forms.FORMS.get(op.torch_name)
         assert form is not None, f"{op.name}: add its form to bench/opforge_bench/gpu_forms.py"
-        assert (form.liger is None) == (op.torch_name in plan.NO_LIGER), op.name
+        assert (form.liger is None) == (op.name in plan.no_liger([op.name])), op.name
+        assert form.liger == plan.LIGER_KERNELS.get(op.torch_name), op.name
 
 
 def test_the_targets_shapes_come_first_and_quick_runs_only_them():
