@@ -57,12 +57,24 @@ def inputs(op: str, n: int) -> dict:
         out["r"] = torch.randn(x.shape, generator=gen)
     if len(spec.outputs) > 1:
         out["h"] = torch.empty_like(x)
+    out.update(own_outputs(spec, x))
     return out
+
+
+def own_outputs(spec: opforge_spec.OpSpec, x) -> dict:
+    """Preallocated outputs of their own dtype or shape (RMSNormQuant's Q int8 and Scale float32
+    [rows, 1], the attributes' defaults), under their OUTPUT_KEYS."""
+    return {OUTPUT_KEYS[name]: torch.empty(spec.output_shape_of(name, x.shape),
+                                      dtype=getattr(torch, spec.output_dtype(name, "float32")))
+            for name in spec.outputs if name not in ("Y", "H")}
 
 
 # The shared arrays by the spec's names of an op's inputs and outputs.
 INPUT_KEYS = {"X": "x", "R": "r", "W": "w"}
 OUTPUT_KEYS = {"Y": "y", "H": "h"}
+# Outputs of their own dtype or shape (RMSNormQuant's Q, Scale): their lowercased names (own_outputs).
+OUTPUT_KEYS.update({name: name.lower() for spec in opforge_spec.OPS.values() for name in spec.outputs
+                    if name not in OUTPUT_KEYS})
 
 
 def swish_variants(inp: dict) -> dict:
