@@ -142,3 +142,4 @@ int op_backward(int op, const T* dy, const T* dh, const T* x, const T* r, const 
 
 OP_SHIM(float, f32)
 OP_SHIM(double, f64)
+OP_SHIM(k::bfloat16, bf16)  // bfloat16 storage: the quantized op's test by descriptor (test_kernels.py)

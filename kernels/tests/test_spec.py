@@ -7,7 +7,9 @@ import opforge_spec as spec
 
 
 def test_registry_names_and_defaults():
-    assert set(spec.OPS) == {"Swish", "RMSNorm", "SwiGLU", "GeGLU", "AddRMSNorm"}
+    assert set(spec.OPS) == {"Swish", "RMSNorm", "SwiGLU", "GeGLU", "AddRMSNorm", "RMSNormQuant"}
+    assert spec.OPS["RMSNormQuant"].defaults() == {"epsilon": 1e-6, "quant_dtype": 3, "scale_ub": 0.0}
+    assert spec.OPS["RMSNormQuant"].outputs == ("Q", "Scale") and not spec.OPS["RMSNormQuant"].has_gradient
     assert spec.ADD_RMS_NORM.defaults() == {"epsilon": 1e-6}
     assert spec.ADD_RMS_NORM.outputs == ("Y", "H")
     assert spec.GEGLU.defaults() == {}

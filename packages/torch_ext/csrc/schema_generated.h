@@ -20,6 +20,8 @@ inline constexpr const char* kSchemas[] = {
     "add_rms_norm(Tensor x, Tensor residual, Tensor weight, float epsilon=1e-06) -> (Tensor, Tensor)",
     "add_rms_norm.out(Tensor x, Tensor residual, Tensor weight, float epsilon=1e-06, *, Tensor(a!) y_out, Tensor(b!) h_out) -> ()",
     "add_rms_norm_backward(Tensor grad_y, Tensor grad_h, Tensor x, Tensor residual, Tensor weight, float epsilon) -> (Tensor, Tensor, Tensor)",
+    "rms_norm_quant(Tensor x, Tensor weight, float epsilon=1e-06, int quant_dtype=3, float scale_ub=0.0) -> (Tensor, Tensor)",
+    "rms_norm_quant.out(Tensor x, Tensor weight, float epsilon=1e-06, int quant_dtype=3, float scale_ub=0.0, *, Tensor(a!) q_out, Tensor(b!) scale_out) -> ()",
 };
 
 }  // namespace opforge_torch

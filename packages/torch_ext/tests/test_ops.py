@@ -54,6 +54,12 @@ def _opcheck_samples(device):
         (torch.ops.opforge.rms_norm_backward.default, (torch.randn_like(x).requires_grad_(), x, w, 1e-5), {}),
         (torch.ops.opforge.swiglu_backward.default, (gated_grad.clone().requires_grad_(), gated, 1.5), {}),
         (torch.ops.opforge.geglu_backward.default, (gated_grad.clone().requires_grad_(), gated), {}),
+        # no gradient, integer Q: inputs that autograd does not record (float8 Q: test_rms_norm_quant.py)
+        (torch.ops.opforge.rms_norm_quant.default, (plain, weight, 1e-5, 3, 0.0), {}),
+        (torch.ops.opforge.rms_norm_quant.default, (plain.transpose(0, 1), weight, 0.0, 3, 0.5), {}),
+        (torch.ops.opforge.rms_norm_quant.out, (plain, weight, 1e-5, 3, 0.0),
+         {"q_out": torch.empty(3, 5, 16, dtype=torch.int8, device=device),
+          "scale_out": torch.empty(3, 5, 2, device=device)[..., :1]}),  # non-contiguous: via a temporary
     ]
 
 

@@ -95,3 +95,6 @@ struct ResidualRowNormKernel {
 #include "opforge/kernels/ops_bindings_generated.h"
 
 }  // namespace opforge::kernels::cpu
+
+// RMSNormQuantKernel: the quantized-rows launch shape (an op of its own shape writes its binding).
+#include "opforge/kernels/quant_rows_cpu.h"

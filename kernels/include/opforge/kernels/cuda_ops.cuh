@@ -94,6 +94,9 @@ struct ResidualRowNormKernel {
 
 }  // namespace opforge::kernels::cuda
 
+// RMSNormQuantKernel: the quantized-rows launch shape (an op of its own shape writes its binding).
+#include "opforge/kernels/quant_rows_cuda.cuh"
+
 namespace opforge::kernels::cuda {
 
 // Every op's forward kernel, by descriptor: what a runtime plugin launches from untyped buffers.

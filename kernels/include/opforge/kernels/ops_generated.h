@@ -23,16 +23,23 @@ inline constexpr OutputDesc kGeGLUOutputs[] = {{"Y", ElemType::kLikeX, -1, OutSh
 inline constexpr AttrSpec kAddRMSNormEpsilon{"AddRMSNorm", "epsilon", 1e-06, AttrRange::kFiniteNonNegative, "added to the mean square"};
 inline constexpr const AttrSpec* kAddRMSNormAttrs[] = {&kAddRMSNormEpsilon};
 inline constexpr OutputDesc kAddRMSNormOutputs[] = {{"Y", ElemType::kLikeX, -1, OutShape::kSplit}, {"H", ElemType::kLikeX, -1, OutShape::kLikeX}};
+inline constexpr AttrSpec kRMSNormQuantEpsilon{"RMSNormQuant", "epsilon", 1e-06, AttrRange::kFiniteNonNegative, "added to the mean square"};
+inline constexpr AttrChoice kRMSNormQuantQuant_dtypeChoices[] = {{"int8", 3}, {"float8_e4m3fn", 17}};
+inline constexpr AttrSpec kRMSNormQuantQuant_dtype{"RMSNormQuant", "quant_dtype", 3.0, AttrRange::kOneOf, "Q's dtype: 3 int8 (qmax 127), 17 float8_e4m3fn (qmax 448)", AttrType::kEnum, 2, kRMSNormQuantQuant_dtypeChoices};
+inline constexpr AttrSpec kRMSNormQuantScale_ub{"RMSNormQuant", "scale_ub", 0.0, AttrRange::kFiniteNonNegative, "upper bound on the row's max|Y| before the division (0: none)"};
+inline constexpr const AttrSpec* kRMSNormQuantAttrs[] = {&kRMSNormQuantEpsilon, &kRMSNormQuantQuant_dtype, &kRMSNormQuantScale_ub};
+inline constexpr OutputDesc kRMSNormQuantOutputs[] = {{"Q", ElemType::kLikeX, 1, OutShape::kSplit}, {"Scale", ElemType::kFloat32, -1, OutShape::kRow}};
 
 inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, "", 1, kSwishAttrs, 1, "Y", 0b1, kSwishOutputs, true};
 inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, "", 1, kRMSNormAttrs, 1, "Y", 0b1, kRMSNormOutputs, true};
 inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y = A * sigmoid(beta * A) * B with A = X[..., :d], B = X[..., d:]; X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 1, kSwiGLUAttrs, 1, "Y", 0b0, kSwiGLUOutputs, true};
 inline constexpr OpDesc kGeGLUOp{"GeGLU", "geglu", 1, "X", nullptr, "Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * (1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 0, nullptr, 1, "Y", 0b0, kGeGLUOutputs, true};
 inline constexpr OpDesc kAddRMSNormOp{"AddRMSNorm", "add_rms_norm", 3, "X, R, W", &kAddRMSNormEpsilon, "H = X + R; Y = H / sqrt(mean(H^2, last axis) + epsilon) * W; rows of zeros give 0; R has X's shape", Layout::kRows, 1, "", 1, kAddRMSNormAttrs, 2, "Y, H", 0b11011, kAddRMSNormOutputs, true};
-inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp, &kGeGLUOp, &kAddRMSNormOp};
+inline constexpr OpDesc kRMSNormQuantOp{"RMSNormQuant", "rms_norm_quant", 2, "X, W", &kRMSNormQuantEpsilon, "Y = RMSNorm(X, W) in float32; per row Scale = max(min(max|Y|, scale_ub) / qmax, min_scale) (float32, [..., 1]); Q = saturate(round_half_even(Y / Scale)) as int8 (qmax 127) or float8_e4m3fn (qmax 448), chosen by quant_dtype; no gradient", Layout::kRows, 1, "", 3, kRMSNormQuantAttrs, 2, "Q, Scale", 0b0, kRMSNormQuantOutputs, false};
+inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp, &kGeGLUOp, &kAddRMSNormOp, &kRMSNormQuantOp};
 
 // Every op, for the layers' tables: X(Name) expands to one entry per op.
-#define OPFORGE_FOR_EACH_OP(X) X(Swish) X(RMSNorm) X(SwiGLU) X(GeGLU) X(AddRMSNorm)
+#define OPFORGE_FOR_EACH_OP(X) X(Swish) X(RMSNorm) X(SwiGLU) X(GeGLU) X(AddRMSNorm) X(RMSNormQuant)
 
 // Shape rules' expectations, for error_text(op, input, expected, got) (shapes.h).
 inline constexpr const char* kRankAtLeast1 = "a tensor of rank >= 1";

@@ -7,6 +7,7 @@
 #include "opforge/kernels/ops/swiglu.h"
 #include "opforge/kernels/ops/geglu.h"
 #include "opforge/kernels/ops/add_rms_norm.h"
+#include "opforge/kernels/ops/rms_norm_quant.h"
 
 // The ops of each launcher family (OpSpec.family), in spec order: X(Name, torch_name).
 #define OPFORGE_FOR_EACH_ELEMENTWISE_OP(X) X(Swish, swish)

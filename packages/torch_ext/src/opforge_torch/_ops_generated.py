@@ -5,7 +5,7 @@ opforge_torch.<op> for every op: the op, or with `out=` its .out overload
 
 import torch
 
-__all__ = ['swish', 'rms_norm', 'swiglu', 'geglu', 'add_rms_norm']
+__all__ = ['swish', 'rms_norm', 'swiglu', 'geglu', 'add_rms_norm', 'rms_norm_quant']
 
 
 def _call(op, args: tuple, out, names=("out",)):
@@ -13,6 +13,13 @@ def _call(op, args: tuple, out, names=("out",)):
         return op.default(*args)
     op.out(*args, **dict(zip(names, out if len(names) > 1 else (out,))))
     return out
+
+
+def _choice(name: str, value, choices: dict) -> int:
+    """An enum attribute's value from its value, its name or a torch.dtype of that name."""
+    if isinstance(value, torch.dtype):
+        value = str(value).removeprefix("torch.")
+    return choices.get(value, value) if isinstance(value, str) else value
 
 
 def swish(x, beta: float = 1.0, *, out=None):
@@ -38,3 +45,8 @@ def geglu(x, *, out=None):
 def add_rms_norm(x, residual, weight, epsilon: float = 1e-06, *, out=None):
     """H = X + R; Y = H / sqrt(mean(H^2, last axis) + epsilon) * W; rows of zeros give 0; R has X's shape."""
     return _call(torch.ops.opforge.add_rms_norm, (x, residual, weight, epsilon), out, ('y_out', 'h_out'))
+
+
+def rms_norm_quant(x, weight, epsilon: float = 1e-06, quant_dtype='int8', scale_ub: float = 0.0, *, out=None):
+    """Y = RMSNorm(X, W) in float32; per row Scale = max(min(max|Y|, scale_ub) / qmax, min_scale) (float32, [..., 1]); Q = saturate(round_half_even(Y / Scale)) as int8 (qmax 127) or float8_e4m3fn (qmax 448), chosen by quant_dtype; no gradient."""
+    return _call(torch.ops.opforge.rms_norm_quant, (x, weight, epsilon, _choice('quant_dtype', quant_dtype, {'int8': 3, 'float8_e4m3fn': 17}), scale_ub), out, ('q_out', 'scale_out'))

@@ -2,6 +2,15 @@
 
 DOMAIN = 'opforge'
 DOMAIN_VERSION = 1
-OPS = ('Swish', 'RMSNorm', 'SwiGLU', 'GeGLU', 'AddRMSNorm')
+OPS = ('Swish', 'RMSNorm', 'SwiGLU', 'GeGLU', 'AddRMSNorm', 'RMSNormQuant')
 # op -> its FLOAT attributes (= TensorRT plugin fields), each (name, default)
-ATTRIBUTES = {'Swish': (('beta', 1.0),), 'RMSNorm': (('epsilon', 1e-06),), 'SwiGLU': (('beta', 1.0),), 'GeGLU': (), 'AddRMSNorm': (('epsilon', 1e-06),)}
+ATTRIBUTES = {'Swish': (('beta', 1.0),), 'RMSNorm': (('epsilon', 1e-06),), 'SwiGLU': (('beta', 1.0),), 'GeGLU': (), 'AddRMSNorm': (('epsilon', 1e-06),), 'RMSNormQuant': (('epsilon', 1e-06), ('quant_dtype', 3), ('scale_ub', 0.0))}
+# op -> each attribute's kind: float, int or enum (an int with named values)
+ATTRIBUTE_KINDS = {'Swish': ('float',), 'RMSNorm': ('float',), 'SwiGLU': ('float',), 'GeGLU': (), 'AddRMSNorm': ('float',), 'RMSNormQuant': ('float', 'enum', 'float')}
+# op -> its enum attributes' values, name -> value (a dtype enum: ONNX TensorProto codes)
+ENUM_CHOICES = {'Swish': {}, 'RMSNorm': {}, 'SwiGLU': {}, 'GeGLU': {}, 'AddRMSNorm': {}, 'RMSNormQuant': {'quant_dtype': {'int8': 3, 'float8_e4m3fn': 17}}}
+# op -> each output (name, dtype: X (X's), a dtype name or the enum attribute picking it,
+# shape: split (the op's rule), x (X's) or row (X's, last dim 1))
+OUTPUTS = {'Swish': (('Y', 'X', 'split'),), 'RMSNorm': (('Y', 'X', 'split'),), 'SwiGLU': (('Y', 'X', 'split'),), 'GeGLU': (('Y', 'X', 'split'),), 'AddRMSNorm': (('Y', 'X', 'split'), ('H', 'X', 'x')), 'RMSNormQuant': (('Q', 'quant_dtype', 'split'), ('Scale', 'float32', 'row'))}
+# ops without a gradient (inference only)
+NO_GRADIENT = ('RMSNormQuant',)
