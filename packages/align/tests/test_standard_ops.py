@@ -15,6 +15,15 @@ from opforge_align import tolerances, trt
 OPSET = 24
 
 
+@pytest.fixture
+def ort_24():
+    """The models are opset 24 (Swish-24 runs from ONNX Runtime 1.24: the export table's rows)."""
+    import onnxruntime as ort
+
+    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 24):
+        pytest.skip(f"onnxruntime {ort.__version__} runs no opset-24 Swish (1.24 does)")
+
+
 def _model(nodes, opsets=(("", OPSET), ("opforge", 1))) -> onnx.ModelProto:
     w = onnx.numpy_helper.from_array(np.linspace(0.5, 1.5, 16, dtype=np.float32), "W")
     graph = helper.make_graph(nodes, "standard",
@@ -35,7 +44,7 @@ def _mixed() -> onnx.ModelProto:
     ])
 
 
-def test_standard_ops_are_compared_with_their_opforge_ops_tolerance(tmp_path, align, ort_library):
+def test_standard_ops_are_compared_with_their_opforge_ops_tolerance(tmp_path, align, ort_library, ort_24):
     path, report = tmp_path / "mixed.onnx", tmp_path / "report.json"
     onnx.save(_mixed(), path)
     result = align("run", path, "--runtimes", "ort,reference", "--all-tensors", "--json", report)
@@ -47,7 +56,7 @@ def test_standard_ops_are_compared_with_their_opforge_ops_tolerance(tmp_path, al
     assert tensors["onnx_swish"]["rule"].startswith("Swish as opforge::Swish spec float32")
 
 
-def test_a_wrong_standard_op_is_found_at_its_node(tmp_path, align, ort_library):
+def test_a_wrong_standard_op_is_found_at_its_node(tmp_path, align, ort_library, ort_24):
     """ORT against a golden file of what the graph should give: a Swish of the wrong alpha (as a
     mistaken export would write) diverges at that node."""
     good, bad = tmp_path / "good.onnx", tmp_path / "bad.onnx"
@@ -90,7 +99,7 @@ def test_tensorrt_versions_that_cannot_parse_a_standard_op_are_named():
     assert trt.native_op_refusal(opforge_only, "10.0.1") is None  # the plugin's, not the parser's
 
 
-def test_an_auto_export_is_compared_tensor_by_tensor(tmp_path, align, ort_library):
+def test_an_auto_export_is_compared_tensor_by_tensor(tmp_path, align, ort_library, ort_24):
     """opforge_torch's decomposed="auto" export for ONNX Runtime 1.32 at opset 24 (standard ops
     beside opforge nodes, as the export table names them) agrees with the reference everywhere."""
     torch = pytest.importorskip("torch")
