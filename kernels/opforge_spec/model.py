@@ -7,7 +7,15 @@ from typing import Callable
 
 import numpy as np
 
-from .numerics import QUANTIZED_DTYPES, Errors, describe_worst, dtype_name, measure, quantized_errors, round_to
+from .numerics import (
+    QUANTIZED_DTYPES,
+    Errors,
+    describe_worst,
+    dtype_name,
+    measure,
+    quantized_errors,
+    round_to,
+)
 
 DOMAIN = "opforge"
 DOMAIN_VERSION = 1

@@ -206,6 +206,6 @@ def test_descriptors_of_ints_enums_output_dtypes_shapes(monkeypatch, tmp_path):
         "Gated grad=1 Y:0:-1[2,3,8]",
         "AddNorm grad=1 Y:0:-1[2,3,8] H:0:-1[2,3,8]",
         "QuantProbe grad=0 Q:3:1[2,3,8] Scale:1:-1[2,3,1]",
-        "2 1 |opforge.QuantProbe: quant_dtype: expected one of 3 (int8), 17 (float8_e4m3fn), got 5"
-        "|opforge.QuantProbe: group: expected an integer in [0, 16777216], got 2.5|",
+        ("2 1 |opforge.QuantProbe: quant_dtype: expected one of 3 (int8), 17 (float8_e4m3fn), got 5"
+         "|opforge.QuantProbe: group: expected an integer in [0, 16777216], got 2.5|"),
         "17"]

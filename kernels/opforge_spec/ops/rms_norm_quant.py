@@ -40,7 +40,11 @@ round-half-even (cvt.rni / nearbyint; fp8 conversion rounds to nearest even), am
    int8 NaN: 0 in both (cvt.rni.sat gives 0).
 6. scale_ub is a float attribute (0: none, the default) instead of an optional tensor.
 7. float64 X (vLLM has none): computed in float64, Scale rounded to float32.
-8. The residual is the second op AddRMSNormQuant (add_rms_norm_quant.py), not an optional input.
+8. No residual input. The op model takes tensor inputs by position (X[, R][, W]) and a fixed
+   list of outputs, so vLLM's optional residual (H = X + R written over R, Y = RMSNorm(H)) is a
+   second op, AddRMSNormQuant (X, R, W -> Q, Scale, H; H may be written over R), not an optional
+   input of this one: its kernels would round H to X's dtype and normalize that H, as AddRMSNorm
+   does (vLLM normalizes the unrounded float32 sum). That op is not written yet.
 
 NaN/Inf: a NaN in a row makes its mean square NaN, so the whole row's Y is NaN: amax (NaN
 ignored) is 0, Scale = min_scale, Q = 0 (int8) or NaN (float8). An Inf in X makes the mean square
@@ -64,11 +68,14 @@ rows differ.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..model import (
     DTYPE_CODES,
     WEIGHT_EXPECTED,
+    Attr,
     BadCase,
     Case,
     OpSpec,
@@ -76,7 +83,6 @@ from ..model import (
     enum_attr,
     error,
 )
-from ..model import Attr
 from .rms_norm import EPSILON, rms_norm_decomposed
 
 QUANT_DTYPES = {name: DTYPE_CODES[name] for name in ("int8", "float8_e4m3fn")}
@@ -199,17 +205,12 @@ def rms_norm_quant_decomposed(e, x, w, epsilon: float, quant_dtype: int = 3, sca
     return e.op("Cast", clipped, to=DTYPE_CODES["int8"]), scale
 
 
-_FP8_VALUES = None
-
-
+@functools.cache
 def _fp8_table() -> np.ndarray:
     """Every non-negative finite float8 e4m3fn value, ascending (decoded from its bits)."""
-    global _FP8_VALUES
-    if _FP8_VALUES is None:
-        bits = np.arange(0x7F)  # 0x7F is NaN
-        exponent, mantissa = bits >> 3, bits & 7
-        _FP8_VALUES = np.where(exponent == 0, mantissa * 2.0**-9, (1 + mantissa / 8.0) * np.exp2(exponent - 7.0))
-    return _FP8_VALUES
+    bits = np.arange(0x7F)  # 0x7F is NaN
+    exponent, mantissa = bits >> 3, bits & 7
+    return np.where(exponent == 0, mantissa * 2.0**-9, (1 + mantissa / 8.0) * np.exp2(exponent - 7.0))
 
 
 def fp8_e4m3fn_decode(bits) -> np.ndarray:
@@ -252,7 +253,7 @@ def _exact_rms_row(values: list, cols: int, limit: float) -> np.ndarray:
     """A row holding `values` (multiples of 0.5), padded with multiples of 0.5 of magnitude <=
     `limit` so that its mean square is 4^k exactly: with epsilon 0 and W = 1 the row's inverse,
     Y and Scale are exact, and Y / Scale lands exactly on the values' ties."""
-    quarters = int(round(sum(4 * v * v for v in values)))  # sum of squares in units of 0.25
+    quarters = round(sum(4 * v * v for v in values))  # sum of squares in units of 0.25
     target = cols
     while target * 4 < quarters + 4:
         target *= 4
@@ -268,7 +269,7 @@ def _four_squares(n: int, bound: int) -> list:
     for a in range(min(bound, int(np.sqrt(n))), -1, -1):
         for b in range(min(a, int(np.sqrt(n - a * a))), -1, -1):
             for c in range(min(b, int(np.sqrt(n - a * a - b * b))), -1, -1):
-                d = int(round(np.sqrt(n - a * a - b * b - c * c)))
+                d = round(float(np.sqrt(n - a * a - b * b - c * c)))
                 if a * a + b * b + c * c + d * d == n and d <= bound:
                     return [a, b, c, d]
     raise ValueError(f"opforge_spec: no four squares for {n}")

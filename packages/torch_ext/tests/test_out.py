@@ -2,6 +2,8 @@
 return nothing (`-> ()`), refuse a wrong output, an output partially overlapping an input or
 sharing memory with another output, and out= under autograd; compile. Every op of the spec."""
 
+import math
+
 import pytest
 import torch
 from conftest import require_cuda
@@ -56,7 +58,7 @@ def _dtypes(op):
 
 def _full(shape, dtype, fill):
     """A tensor of `fill` (an integer dtype, which holds no NaN, gets -77 for it)."""
-    return torch.full(shape, fill if dtype.is_floating_point or fill == fill else -77, dtype=dtype)
+    return torch.full(shape, fill if dtype.is_floating_point or not math.isnan(fill) else -77, dtype=dtype)
 
 
 def _fresh_outs(op, fill=float("nan")):

@@ -116,7 +116,7 @@ def test_quant_dtype_takes_the_value_the_name_or_the_torch_dtype():
     x, w = torch.randn(2, 8), torch.rand(8) + 0.5
     by_value = opforge_torch.rms_norm_quant(x, w, quant_dtype=FP8)
     for given in ("float8_e4m3fn", torch.float8_e4m3fn):
-        q, scale = opforge_torch.rms_norm_quant(x, w, quant_dtype=given)
+        q, _ = opforge_torch.rms_norm_quant(x, w, quant_dtype=given)
         assert q.dtype == torch.float8_e4m3fn and torch.equal(q.view(torch.uint8), by_value[0].view(torch.uint8))
     assert opforge_torch.rms_norm_quant(x, w)[0].dtype == torch.int8
 
