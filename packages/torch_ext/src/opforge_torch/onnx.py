@@ -605,8 +605,8 @@ def _decomposed(ops: frozenset):
         _state["decomposed"] = previous
 
 
-def default_opset(dynamo: bool = True) -> int:
-    """The opset torch's exporters write when not given one."""
+def default_opset() -> int:
+    """The opset torch's exporters (both) write when not given one."""
     from torch.onnx import _constants
 
     return getattr(_constants, "ONNX_DEFAULT_OPSET", DYNAMO_MIN_OPSET)
