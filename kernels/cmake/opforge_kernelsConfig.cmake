@@ -11,6 +11,10 @@
 #   OPFORGE_KERNELS_INCLUDE_DIR  the folder holding opforge/kernels/*.h
 #   OPFORGE_KERNELS_CMAKE_DIR    this folder
 #   opforge::kernels             an INTERFACE target carrying that include directory
+#   OPFORGE_KERNELS_DOMAIN, OPFORGE_KERNELS_DOMAIN_VERSION, OPFORGE_KERNELS_OPS
+#                                the spec's ONNX domain, its version and its op names in spec order
+#                                (opforge_kernels_ops.cmake, generated): each package makes its own
+#                                declarations of them (manifests' ops, the loader's nn plugin OPS)
 #   opforge_input(NAME DEFAULT)  NAME from -DNAME=..., else the environment variable NAME, else DEFAULT
 #   the build support functions of the packages: opforge_cuda_architectures,
 #   opforge_cuda_arch_guard (opforge_cuda_archs.cmake), opforge_install_library,
@@ -26,6 +30,7 @@ if(NOT EXISTS "${_opforge_kernels_include}/opforge/kernels/math.h")
 endif()
 set(OPFORGE_KERNELS_INCLUDE_DIR "${_opforge_kernels_include}")
 set(OPFORGE_KERNELS_CMAKE_DIR "${CMAKE_CURRENT_LIST_DIR}")
+include("${CMAKE_CURRENT_LIST_DIR}/opforge_kernels_ops.cmake")
 unset(_opforge_kernels_include)
 
 if(NOT TARGET opforge::kernels)

@@ -2,12 +2,12 @@
 
 # Installs `target` (its file named by its SONAME, `library`) with build_info.json and
 # `<library>.manifest.json`, both configured from the package's cmake/*.json.in. The manifest's
-# `ops` are OPFORGE_MANIFEST_OPS of cmake/manifest_ops_generated.cmake (generated from the op
-# spec), its sha256 is taken from the file as installed (after any install-time strip).
+# `ops` are the caller's OPFORGE_MANIFEST_OPS (the package writes them from OPFORGE_KERNELS_OPS), its
+# sha256 is taken from the file as installed (after any install-time strip).
 function(opforge_install_library target library who)
-  set(ops_file "${CMAKE_CURRENT_SOURCE_DIR}/cmake/manifest_ops_generated.cmake")
-  include("${ops_file}")
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${ops_file}")
+  if(NOT DEFINED OPFORGE_MANIFEST_OPS)
+    message(FATAL_ERROR "${who}: set OPFORGE_MANIFEST_OPS (the manifest's ops) before opforge_install_library")
+  endif()
   configure_file(cmake/build_info.json.in build_info.json @ONLY)
   configure_file(cmake/manifest.json.in ${library}.manifest.json.in @ONLY)
   install(TARGETS ${target} LIBRARY DESTINATION .)

@@ -10,9 +10,10 @@ when one is stale.
 - ``packages/torch_ext/src/opforge_torch/_ops_generated.py``: the Python entry points ``opforge_torch.<op>``;
 - ``_spec_generated.py`` in opforge_ort and opforge_trt (which do not depend on opforge_spec):
   domain, version, op names and their attribute (= TensorRT field) with its default;
-- ``cmake/manifest_ops_generated.cmake`` in ort_plugin and trt_plugin: the ``ops`` of their plugin manifests
-  (every op of the spec, each with the domain version);
-- ``packages/loader/cmake/nn_ops_generated.cmake``: the ``OPS`` of the loader's nn plugin.
+- ``kernels/cmake/opforge_kernels_ops.cmake``: the domain, its version and the op names in spec
+  order, for the CMake package opforge_kernels (``OPFORGE_KERNELS_OPS``): the ORT and TensorRT
+  packages write their plugin manifests' ``ops`` from it, the loader its nn plugin's ``OPS``, each in
+  its own CMake.
 
 Every C++ op table expands ``OPFORGE_FOR_EACH_OP(X)`` (``X(Name)`` per op, in spec order; the
 op's kernel bindings are ``Name##Kernel`` in cpu_ops.h and cuda_ops.cuh), so no layer lists ops.
@@ -20,7 +21,6 @@ op's kernel bindings are ``Name##Kernel`` in cpu_ops.h and cuda_ops.cuh), so no 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -298,16 +298,13 @@ def _wrapper_arg(attr) -> str:
     return f"_choice({attr.name!r}, {attr.name}, {attr.choices!r})" if attr.kind == "enum" else attr.name
 
 
-def manifest_ops() -> str:
-    """The `ops` list of a plugin manifest that registers every op (packages/loader/manifest.schema.json)."""
-    ops = [{"domain": DOMAIN, "name": op.name, "version": DOMAIN_VERSION} for op in OPS.values()]
-    return f"{HEADER.replace('//', '#', 1)}set(OPFORGE_MANIFEST_OPS [=[{json.dumps(ops)}]=])\n"
-
-
-def loader_nn_ops() -> str:
-    """The loader's nn plugin ops, as opforge_add_plugin's OPS arguments."""
-    ops = " ".join(f"{DOMAIN}:{op.name}:{DOMAIN_VERSION}" for op in OPS.values())
-    return f"{HEADER.replace('//', '#', 1)}set(OPFORGE_NN_OPS {ops})\n"
+def kernels_cmake() -> str:
+    """The CMake package opforge_kernels' list of the spec's ops (opforge_kernelsConfig.cmake
+    includes it): plain names, each layer's CMake says what it makes of them."""
+    names = " ".join(op.name for op in OPS.values())
+    return (f"{HEADER.replace('//', '#', 1)}# The spec's ops, for the packages that build against opforge_kernels.\n"
+            f"set(OPFORGE_KERNELS_DOMAIN {DOMAIN})\nset(OPFORGE_KERNELS_DOMAIN_VERSION {DOMAIN_VERSION})\n"
+            f"set(OPFORGE_KERNELS_OPS {names})\n")
 
 
 def outputs(root: Path) -> dict:
@@ -318,9 +315,7 @@ def outputs(root: Path) -> dict:
             root / "packages/torch_ext/src/opforge_torch/_ops_generated.py": torch_wrappers(),
             root / "packages/ort_plugin/src/opforge_ort/_spec_generated.py": python_module(),
             root / "packages/trt_plugin/src/opforge_trt/_spec_generated.py": python_module(),
-            root / "packages/ort_plugin/cmake/manifest_ops_generated.cmake": manifest_ops(),
-            root / "packages/trt_plugin/cmake/manifest_ops_generated.cmake": manifest_ops(),
-            root / "packages/loader/cmake/nn_ops_generated.cmake": loader_nn_ops()}
+            root / "kernels/cmake/opforge_kernels_ops.cmake": kernels_cmake()}
 
 
 def repository_root() -> Path:

@@ -169,6 +169,7 @@ def test_the_spec_wheel_ships_the_cmake_package_and_the_provider(spec_wheel):
         entry_points = next(archive.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
     for member in ("opforge_spec/cmake/opforge_kernelsConfig.cmake", "opforge_spec/cmake/opforge_kernelsConfigVersion.cmake",
                    "opforge_spec/cmake/opforge_package.cmake", "opforge_spec/cmake/opforge_cuda_archs.cmake",
+                   "opforge_spec/cmake/opforge_kernels_ops.cmake",  # the spec's ops, for the packages' CMake
                    "opforge_spec/variant.py", "opforge_spec/include/opforge/kernels/math.h"):
         assert member in names, f"{spec_wheel.name} lacks {member}"
     assert "[cmake.root]\nopforge_kernels = opforge_spec" in entry_points, entry_points
@@ -192,12 +193,15 @@ def test_find_package_opforge_kernels_in_the_installed_spec(spec_wheel, tmp_path
         "add_library(demo STATIC demo.cc)\n"
         "target_link_libraries(demo PRIVATE opforge::kernels)\n"
         "opforge_platform_floor(demo)\n"
-        "message(STATUS \"demo: ${OPFORGE_KERNELS_INCLUDE_DIR} ${opforge_kernels_VERSION} ${archs} ${DEMO_INPUT}\")\n")
+        "message(STATUS \"demo: ${OPFORGE_KERNELS_INCLUDE_DIR} ${opforge_kernels_VERSION} ${archs} ${DEMO_INPUT}\")\n"
+        "message(STATUS \"demo ops: ${OPFORGE_KERNELS_DOMAIN} ${OPFORGE_KERNELS_DOMAIN_VERSION} ${OPFORGE_KERNELS_OPS}\")\n")
     (project / "demo.cc").write_text("#include <opforge/kernels/math.h>\nint demo() { return 0; }\n")
     root = tmp_path / "site" / "opforge_spec"
     done = _run(["cmake", "-S", str(project), "-B", str(tmp_path / "build"), f"-Dopforge_kernels_ROOT={root}"],
                 cwd=tmp_path, env=_clean_env(DEMO_INPUT="from-env"), timeout=300)
     assert f"demo: {root / 'include'} {spec_version()} 80-real;90 from-env" in done.stdout, done.stdout[-2000:]
+    ops = re.search(r"set\(OPFORGE_KERNELS_OPS ([^)]*)\)", (KERNELS / "cmake" / "opforge_kernels_ops.cmake").read_text())
+    assert f"demo ops: opforge 1 {ops[1].replace(' ', ';')}" in done.stdout, done.stdout[-2000:]
     _run(["cmake", "--build", str(tmp_path / "build")], cwd=tmp_path, env=_clean_env(), timeout=300)
 
 
