@@ -32,7 +32,8 @@ class EveryOp(torch.nn.Module):
         y, h = opforge_torch.add_rms_norm(x, r, self.w, self.epsilon)
         y = opforge_torch.rms_norm(opforge_torch.swish(y, 1.5), self.w, self.epsilon)
         gated = opforge_torch.swiglu(torch.cat([y, h], -1), 0.75)
-        return opforge_torch.geglu(torch.cat([gated, y], -1)), h
+        _, scale = opforge_torch.rms_norm_quant(h, self.w, self.epsilon)  # its float32 scale compared
+        return opforge_torch.geglu(torch.cat([gated, y], -1)), h, scale
 
 
 def _inputs(seed: int = 0, batch: int = 2) -> tuple:
