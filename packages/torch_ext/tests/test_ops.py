@@ -63,6 +63,33 @@ def _opcheck_samples(device):
     ]
 
 
+def _spec_samples(device, covered: set) -> list:
+    """(op overload, args, kwargs) from the spec for every op of a launcher family whose overloads
+    the list above does not name (an op added as its two files): the op on its first case, its
+    .out overload and its backward (plain, then recorded by autograd: double backward)."""
+    samples = []
+    for op in spec.OPS.values():
+        if op.family is None or getattr(torch.ops.opforge, op.torch_name).default in covered:
+            continue
+        case = op.cases("float32")[0]
+        plain = [torch.tensor(a, dtype=torch.float32, device=device) for a in case.inputs]
+        leaves = [t.clone().requires_grad_() for t in plain]
+        attrs = tuple(op.defaults().values())
+        shapes = [op.output_shape(plain[0].shape)] + [plain[0].shape] * (len(op.outputs) - 1)
+        outs = dict(zip(opforge_torch_out_names(op), (torch.empty(s, device=device) for s in shapes)))
+        grads = [torch.randn(s, device=device) for s in shapes]
+        overloads = getattr(torch.ops.opforge, op.torch_name), getattr(torch.ops.opforge, f"{op.torch_name}_backward")
+        samples += [(overloads[0].default, (*leaves, *attrs), {}), (overloads[0].out, (*plain, *attrs), outs),
+                    (overloads[1].default, (*grads, *plain, *attrs), {}),
+                    (overloads[1].default, (*(g.clone().requires_grad_() for g in grads), *leaves, *attrs), {})]
+    return samples
+
+
+def opforge_torch_out_names(op) -> list:
+    """The .out overload's keywords: `out`, or `<output>_out` for each of several outputs."""
+    return ["out"] if len(op.outputs) == 1 else [f"{o.lower()}_out" for o in op.outputs]
+
+
 def _every_overload():
     names = [n for op in spec.OPS.values()
              for n in (op.torch_name, *((f"{op.torch_name}_backward",) if op.has_gradient else ()))]
@@ -76,6 +103,7 @@ def test_opcheck_every_overload_with_every_default_check(device):
         require_cuda()
     torch.manual_seed(0)
     samples = _opcheck_samples(device)
+    samples += _spec_samples(device, {op for op, _, _ in samples})
     assert {op for op, _, _ in samples} == _every_overload()
     for op, args, kwargs in samples:
         torch.library.opcheck(op, args, kwargs)
