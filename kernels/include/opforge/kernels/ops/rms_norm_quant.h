@@ -10,6 +10,9 @@
 
 #include "opforge/kernels/math.h"  // the shared math; it includes this file
 
+// OPFORGE_GATE_HD (math.h): always inlined on the host too, so the CPU loops calling these vectorize
+// (a call in the loop body kept GCC from it: "statement clobbers memory").
+
 namespace opforge::kernels {
 
 // quant_dtype's values: ONNX TensorProto codes (ElemType), as the spec's DTYPE_CODES.
@@ -21,19 +24,19 @@ struct QuantRange {
   float min_scale;  // vLLM's min_scaling_factor: FLT_EPSILON (int8), 1 / (448 * 512) (float8)
 };
 
-OPFORGE_HD QuantRange quant_range(bool fp8) {
+OPFORGE_GATE_HD QuantRange quant_range(bool fp8) {
   return fp8 ? QuantRange{448.0f, 1.0f / (448.0f * 512.0f)} : QuantRange{127.0f, 1.1920928955078125e-7f};
 }
 
 // max(min(amax, scale_ub) / qmax, min_scale); scale_ub <= 0: no bound. An inf amax gives inf.
-OPFORGE_HD float quant_scale(float amax, float scale_ub, bool fp8) {
+OPFORGE_GATE_HD float quant_scale(float amax, float scale_ub, bool fp8) {
   const QuantRange range = quant_range(fp8);
   const float bound = scale_ub > 0.0f && scale_ub < amax ? scale_ub : amax;
   const float scale = bound / range.qmax;
   return scale > range.min_scale ? scale : range.min_scale;
 }
 
-OPFORGE_HD uint32_t quant_bits_of(float f) {
+OPFORGE_GATE_HD uint32_t quant_bits_of(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(f);
 #else
@@ -43,7 +46,7 @@ OPFORGE_HD uint32_t quant_bits_of(float f) {
 #endif
 }
 
-OPFORGE_HD float quant_float_of(uint32_t u) {
+OPFORGE_GATE_HD float quant_float_of(uint32_t u) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);
 #else
@@ -54,7 +57,7 @@ OPFORGE_HD float quant_float_of(uint32_t u) {
 }
 
 // Round half to even for |v| <= 2^22 (the CPU loops vectorize it; rintf is a call there).
-OPFORGE_HD float round_half_even(float v) {
+OPFORGE_GATE_HD float round_half_even(float v) {
 #if defined(__CUDA_ARCH__)
   return rintf(v);
 #else
@@ -64,7 +67,7 @@ OPFORGE_HD float round_half_even(float v) {
 }
 
 // int8: clamp(round_half_even(y * inv_scale), -127, 127); NaN -> 0. Selects, not branches.
-OPFORGE_HD int8_t quant_int8(float y, float inv_scale) {
+OPFORGE_GATE_HD int8_t quant_int8(float y, float inv_scale) {
   float v = y * inv_scale;
   v = v > 127.0f ? 127.0f : v;
   v = v < -127.0f ? -127.0f : v;
@@ -75,7 +78,7 @@ OPFORGE_HD int8_t quant_int8(float y, float inv_scale) {
 // float8 e4m3fn bits of y / scale clamped to +-448, round half to even; NaN -> 0x7f.
 // Normal range (|v| >= 2^-6): float32's bits rounded at bit 20 (3 mantissa bits kept), exponent
 // rebiased 127 -> 7; below it the subnormal code round(|v| * 2^9) (0..8; 8 is 2^-6's code).
-OPFORGE_HD uint8_t quant_fp8_bits(float y, float scale) {
+OPFORGE_GATE_HD uint8_t quant_fp8_bits(float y, float scale) {
   float v = y / scale;
   const bool nan = v != v;
   v = v > 448.0f ? 448.0f : v;
