@@ -2,7 +2,7 @@
 (kernels/tests/probe_ops/: its spec module and its math header, nothing else) is added, the
 declarations regenerated, and each layer's registry tests run on the probes: the kernels' generated
 files and CPU bindings (test_generated.py, test_op_bindings.py), and opforge_torch built from the
-copy (CPU, one extension build) with its test_registry.py."""
+copy (CPU, one extension build) with its test_registry.py and opcheck of every overload."""
 import os
 import shutil
 import subprocess
@@ -88,3 +88,6 @@ def test_opforge_torch_built_from_the_copy_registers_the_probes(tree):
     out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_registry.py", "-k",
                "Probe and not onnxruntime_with_the_plugin"], torch_ext, env, "opforge_torch's test_registry", 400)
     assert "passed" in out  # pytest exits 5 when -k selects nothing
+    # opcheck of every overload, the probes' from their spec (their schemas, fake and autograd kernels)
+    run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_ops.py", "-k", "opcheck and cpu"],
+        torch_ext, env, "opforge_torch's opcheck", 300)
