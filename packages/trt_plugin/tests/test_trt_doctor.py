@@ -30,15 +30,26 @@ def _broken(tmp_path, old: bytes, new: bytes, name="libopforge_trt.so.1") -> str
     return str(path)
 
 
+def _field_type(op: str, attribute: str) -> str:
+    """float32 for a float attribute, int32 for an int or enum one (by the spec where installed)."""
+    try:
+        import opforge_spec
+    except ImportError:
+        return "float32"
+    return "float32" if opforge_spec.OPS[op].attributes[attribute].kind == "float" else "int32"
+
+
 def test_healthy_library_lists_its_creators():
-    """One creator per op of the spec, each declaring the op's attributes (float32[1], its default)."""
+    """One creator per op of the spec, each declaring the op's attributes (float32[1], or int32[1]
+    for an int or enum attribute; its default)."""
     report = doctor.diagnose(with_tensorrt=False)
     assert report.codes() == []
     creators = {(c["namespace"], c["name"], c["version"]): c["fields"] for c in report.facts["creators"]}
     assert set(creators) == {(opforge_trt.NAMESPACE, name, opforge_trt.PLUGIN_VERSION) for name in opforge_trt.OPS}
     for name, attributes in opforge_trt.ATTRIBUTES.items():
         fields = creators[(opforge_trt.NAMESPACE, name, opforge_trt.PLUGIN_VERSION)]
-        assert [(f["name"], f["type"], f["length"]) for f in fields] == [(a, "float32", 1) for a, _ in attributes], name
+        assert [(f["name"], f["type"], f["length"]) for f in fields] == [(a, _field_type(name, a), 1)
+                                                                          for a, _ in attributes], name
         for field, (_, default) in zip(fields, attributes):
             assert abs(field["default"] - default) <= 1e-7 * abs(default), (name, field)  # float32 of the default
     assert creators[("opforge", "GeGLU", "1")] == []  # no attribute: no field

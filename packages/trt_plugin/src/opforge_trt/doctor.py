@@ -72,8 +72,10 @@ def _fields(obj: int) -> list:
     for i in range(collection.contents.nbFields):
         f = collection.contents.fields[i]
         default = None
-        if f.data and f.length == 1 and f.type == 1:
+        if f.data and f.length == 1 and f.type == 1:  # float32
             default = ctypes.cast(f.data, ctypes.POINTER(ctypes.c_float))[0]
+        elif f.data and f.length == 1 and f.type == 5:  # int32: an int or enum attribute
+            default = ctypes.cast(f.data, ctypes.POINTER(ctypes.c_int32))[0]
         out.append({"name": (f.name or b"").decode(), "type": _FIELD_TYPES.get(f.type, str(f.type)),
                     "length": f.length, "default": default})
     return out
