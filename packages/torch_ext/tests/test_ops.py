@@ -68,6 +68,7 @@ def _spec_samples(device, covered: set) -> list:
     the list above does not name (an op added as its two files): the op on its first case, its
     .out overload and its backward (plain, then recorded by autograd: double backward)."""
     samples = []
+    torch.manual_seed(0)  # the gradients' draws below
     for op in spec.OPS.values():
         if op.family is None or getattr(torch.ops.opforge, op.torch_name).default in covered:
             continue
