@@ -6,14 +6,16 @@ when one is stale.
   (inputs, attribute name/default/range, layout and split = the shape rule) and the list of every
   op (``kOps``) for every C++ layer (torch, ONNX Runtime, TensorRT, loader plugins), included by
   ``attrs.h``; ``shapes.h`` applies the shape rule;
-- ``packages/torch_ext/csrc/schema_generated.h``: the torch schema strings (op, backward, ``.out``);
-- ``packages/torch_ext/src/opforge_torch/_ops_generated.py``: the Python entry points ``opforge_torch.<op>``;
-- ``_spec_generated.py`` in opforge_ort and opforge_trt (which do not depend on opforge_spec):
-  domain, version, op names and their attribute (= TensorRT field) with its default;
+- ``kernels/include/opforge/kernels/ops_math_generated.h`` and ``ops_bindings_generated.h``: each
+  op's math header included, the ops of each launcher family, each op's kernel binding;
 - ``kernels/cmake/opforge_kernels_ops.cmake``: the domain, its version and the op names in spec
   order, for the CMake package opforge_kernels (``OPFORGE_KERNELS_OPS``): the ORT and TensorRT
   packages write their plugin manifests' ``ops`` from it, the loader its nn plugin's ``OPS``, each in
   its own CMake.
+
+Only kernels' own files: no package's file is written here. Each package derives its declarations
+from the opforge-spec it builds against (torch_ext's build writes its schemas and entry points:
+packages/torch_ext/gen_schema.py; opforge_ort and opforge_trt read the spec when imported).
 
 Every C++ op table expands ``OPFORGE_FOR_EACH_OP(X)`` (``X(Name)`` per op, in spec order; the
 op's kernel bindings are ``Name##Kernel`` in cpu_ops.h and cuda_ops.cuh), so no layer lists ops.
@@ -42,7 +44,6 @@ OUT_SHAPES = {"split": "kSplit", "x": "kLikeX", "row": "kRow"}
 ELEM_TYPES = {"float32": "kFloat32", "int8": "kInt8", "float16": "kFloat16", "float64": "kFloat64",
               "bfloat16": "kBFloat16", "float8_e4m3fn": "kFloat8E4M3FN"}
 LAYOUTS = {"elementwise": "kElementwise", "rows": "kRows"}
-TORCH_ARGS = {"X": "x", "R": "residual", "W": "weight"}  # ONNX input name -> torch argument name
 
 
 def cpp_number(value: float) -> str:
@@ -176,128 +177,6 @@ def bindings_header() -> str:
     return "\n".join(lines + [""])
 
 
-def _tensors_type(count: int) -> str:
-    return "Tensor" if count == 1 else "(" + ", ".join(["Tensor"] * count) + ")"
-
-
-def out_names(op: OpSpec) -> list:
-    """The .out overload's output arguments: `out`, or `<output>_out` for each of several."""
-    return ["out"] if len(op.outputs) == 1 else [f"{o.lower()}_out" for o in op.outputs]
-
-
-def torch_attr_type(attr) -> str:
-    """An attribute's torch schema type: float, or int for int and enum attributes."""
-    return "float" if attr.kind == "float" else "int"
-
-
-def torch_default(attr) -> str:
-    return repr(attr.default) if attr.kind == "float" else str(int(attr.default))
-
-
-def torch_schemas() -> list:
-    """Per op: the op (tensor inputs, attributes with defaults; one Tensor per output), its .out
-    overload (mutable outputs, returns nothing) and, for an op with a gradient, its backward (one
-    grad per output, then the op's arguments; one gradient per tensor input)."""
-    schemas = []
-    for op in OPS.values():
-        tensors = [f"Tensor {TORCH_ARGS[i]}" for i in op.inputs]
-        attrs = [f"{torch_attr_type(a)} {name}={torch_default(a)}" for name, a in op.attributes.items()]
-        outs = [f"Tensor({chr(ord('a') + i)}!) {name}" for i, name in enumerate(out_names(op))]
-        grads = ["Tensor grad"] if len(op.outputs) == 1 else [f"Tensor grad_{o.lower()}" for o in op.outputs]
-        bare = [f"{torch_attr_type(a)} {name}" for name, a in op.attributes.items()]
-        schemas.append(f"{op.torch_name}({', '.join(tensors + attrs)}) -> {_tensors_type(len(op.outputs))}")
-        schemas.append(f"{op.torch_name}.out({', '.join(tensors + attrs)}, *, {', '.join(outs)}) -> ()")
-        if op.has_gradient:
-            schemas.append(f"{op.torch_name}_backward({', '.join(grads + tensors + bare)}) -> "
-                           f"{_tensors_type(len(op.inputs))}")
-    return schemas
-
-
-def torch_header() -> str:
-    body = "\n".join(f"    {cpp_string(s)}," for s in torch_schemas())
-    return (f"{HEADER}// The opforge torch schemas (op, .out overload, backward), for schema.cpp.\n"
-            "#pragma once\n\nnamespace opforge_torch {\n\n"
-            f"inline constexpr const char* kSchemas[] = {{\n{body}\n}};\n\n}}  // namespace opforge_torch\n")
-
-
-def python_module() -> str:
-    attributes = {op.name: tuple((a.name, a.default) for a in op.attributes.values()) for op in OPS.values()}
-    return (f'"""{HEADER[3:].strip()}"""\n\n'
-            f"DOMAIN = {DOMAIN!r}\nDOMAIN_VERSION = {DOMAIN_VERSION!r}\n"
-            f"OPS = {tuple(OPS)!r}\n"
-            f"# op -> its FLOAT attributes (= TensorRT plugin fields), each (name, default)\n"
-            f"ATTRIBUTES = {attributes!r}\n" + _model_widening_module())
-
-
-def _model_widening_module() -> str:
-    """The op model's later fields, only where some op uses them (the file of ops without them is
-    unchanged): attribute kinds and enum choices, outputs' dtype and shape rules, ops without a
-    gradient."""
-    if not any(_widened(op) for op in OPS.values()):
-        return ""
-    kinds = {op.name: tuple(a.kind for a in op.attributes.values()) for op in OPS.values()}
-    choices = {op.name: {a.name: a.choices for a in op.attributes.values() if a.choices} for op in OPS.values()}
-    outputs = {op.name: tuple((o, op.output_dtypes.get(o, "X"), op.shape_rule(o)) for o in op.outputs)
-               for op in OPS.values()}
-    return ("# op -> each attribute's kind: float, int or enum (an int with named values)\n"
-            f"ATTRIBUTE_KINDS = {kinds!r}\n"
-            "# op -> its enum attributes' values, name -> value (a dtype enum: ONNX TensorProto codes)\n"
-            f"ENUM_CHOICES = {choices!r}\n"
-            "# op -> each output (name, dtype: X (X's), a dtype name or the enum attribute picking it,\n"
-            "# shape: split (the op's rule), x (X's) or row (X's, last dim 1))\n"
-            f"OUTPUTS = {outputs!r}\n"
-            "# ops without a gradient (inference only)\n"
-            f"NO_GRADIENT = {tuple(op.name for op in OPS.values() if not op.has_gradient)!r}\n")
-
-
-def _widened(op: OpSpec) -> bool:
-    return (any(a.kind != "float" for a in op.attributes.values()) or bool(op.output_dtypes)
-            or bool(op.output_shapes) or not op.has_gradient)
-
-
-def torch_wrappers() -> str:
-    """opforge_torch's Python entry points: `<op>(tensors..., attrs=defaults, *, out=None)`."""
-    lines = [f'"""{HEADER[3:].strip()}', "", "opforge_torch.<op> for every op: the op, or with `out=` its .out overload",
-             '(which writes `out` and returns nothing), then `out`."""', "", "import torch", "",
-             f"__all__ = {[op.torch_name for op in OPS.values()]!r}", "", "",
-             "def _call(op, args: tuple, out, names=(\"out\",)):",
-             "    if out is None:", "        return op.default(*args)",
-             "    op.out(*args, **dict(zip(names, out if len(names) > 1 else (out,))))",
-             "    return out", ""]
-    if any(a.kind == "enum" for op in OPS.values() for a in op.attributes.values()):
-        lines += ENUM_HELPER
-    for op in OPS.values():
-        tensors = [TORCH_ARGS[i] for i in op.inputs]
-        attrs = [_wrapper_param(a) for a in op.attributes.values()]
-        params = ", ".join([*tensors, *attrs, "*", "out=None"])
-        args = ", ".join([*tensors, *map(_wrapper_arg, op.attributes.values())])
-        args += "," if len(op.inputs) + len(op.attributes) == 1 else ""
-        names = f", {tuple(out_names(op))!r}" if len(op.outputs) > 1 else ""  # out: a tuple then
-        lines += ["", f"def {op.torch_name}({params}):", f'    """{op.doc}."""',
-                  f"    return _call(torch.ops.opforge.{op.torch_name}, ({args}), out{names})", ""]
-    return "\n".join(lines)
-
-
-# An enum attribute of an entry point takes its value, its name or a torch.dtype of that name.
-ENUM_HELPER = ["", "def _choice(name: str, value, choices: dict) -> int:",
-               '    """An enum attribute\'s value from its value, its name or a torch.dtype of that name."""',
-               "    if isinstance(value, torch.dtype):",
-               '        value = str(value).removeprefix("torch.")',
-               "    return choices.get(value, value) if isinstance(value, str) else value", ""]
-
-
-def _wrapper_param(attr) -> str:
-    if attr.kind == "float":
-        return f"{attr.name}: float = {attr.default!r}"
-    if attr.kind == "int":
-        return f"{attr.name}: int = {int(attr.default)}"
-    return f"{attr.name}={attr.choice_name(attr.default)!r}"
-
-
-def _wrapper_arg(attr) -> str:
-    return f"_choice({attr.name!r}, {attr.name}, {attr.choices!r})" if attr.kind == "enum" else attr.name
-
-
 def kernels_cmake() -> str:
     """The CMake package opforge_kernels' list of the spec's ops (opforge_kernelsConfig.cmake
     includes it): plain names, each layer's CMake says what it makes of them."""
@@ -311,10 +190,6 @@ def outputs(root: Path) -> dict:
     return {root / "kernels/include/opforge/kernels/ops_generated.h": kernels_header(),
             root / "kernels/include/opforge/kernels/ops_math_generated.h": ops_math_header(),
             root / "kernels/include/opforge/kernels/ops_bindings_generated.h": bindings_header(),
-            root / "packages/torch_ext/csrc/schema_generated.h": torch_header(),
-            root / "packages/torch_ext/src/opforge_torch/_ops_generated.py": torch_wrappers(),
-            root / "packages/ort_plugin/src/opforge_ort/_spec_generated.py": python_module(),
-            root / "packages/trt_plugin/src/opforge_trt/_spec_generated.py": python_module(),
             root / "kernels/cmake/opforge_kernels_ops.cmake": kernels_cmake()}
 
 

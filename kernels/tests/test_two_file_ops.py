@@ -1,8 +1,10 @@
 """An op of a known shape is two files: in a copy of the tree, a probe op of each launcher family
 (kernels/tests/probe_ops/: its spec module and its math header, nothing else) is added, the
-declarations regenerated, and each layer's registry tests run on the probes: the kernels' generated
-files and CPU bindings (test_generated.py, test_op_bindings.py), and opforge_torch built from the
-copy (CPU, one extension build) with its test_registry.py and opcheck of every overload."""
+declarations regenerated (kernels' own files: nothing under packages/ changes), and each layer's
+registry tests run on the probes: the kernels' generated files and CPU bindings (test_generated.py,
+test_op_bindings.py), opforge_ort's and opforge_trt's tables (read from the copy's spec), and
+opforge_torch built from the copy (CPU, one extension build: its build writes the schemas and entry
+points from the copy's spec) with its test_registry.py and opcheck of every overload."""
 import os
 import shutil
 import subprocess
@@ -45,9 +47,15 @@ def tree(tmp_path_factory):
     for folder in ("kernels", "packages"):
         shutil.copytree(ROOT / folder, root / folder, ignore=JUNK)
     add_probes(root / "kernels")
+    packages = snapshot(root / "packages")
     env = {**os.environ, "PYTHONPATH": str(root / "kernels")}
     run([sys.executable, "-m", "opforge_spec.generate"], root / "kernels", env, "generate", 120)
+    assert snapshot(root / "packages") == packages, "generate wrote under packages/"
     return root
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def python_path(*folders: Path) -> dict:
@@ -78,12 +86,36 @@ def test_kernels_generated_files_and_cpu_bindings_take_the_probes(tree):
     assert "passed" in out
 
 
+def test_opforge_ort_and_opforge_trt_name_the_probes(tree):
+    """Their op tables come from the spec they see (no file of theirs lists ops)."""
+    packages = tree / "packages"
+    env = python_path(packages / "ort_plugin" / "src", packages / "trt_plugin" / "src", tree / "kernels")
+    program = ("import opforge_ort, opforge_trt; "
+               "print([o for o in opforge_ort.OPS if o.startswith('Probe')]); "
+               "print(sorted(o for o in opforge_trt.OPS if o.startswith('Probe')))")
+    got = run([sys.executable, "-c", program], tree, env, "importing opforge_ort and opforge_trt", 60).split("\n")
+    names = probe_spec_names(tree)
+    assert len(names) == len(FAMILIES)
+    assert got[:2] == [str(names), str(sorted(names))]
+
+
+def probe_spec_names(tree: Path) -> list:
+    program = "import opforge_spec as s; print(' '.join(o for o in s.OPS if o.startswith('Probe')))"
+    return run([sys.executable, "-c", program], tree, python_path(tree / "kernels"), "listing", 60).split()
+
+
 def test_opforge_torch_built_from_the_copy_registers_the_probes(tree):
     pytest.importorskip("torch")
     torch_ext, kernels = tree / "packages" / "torch_ext", tree / "kernels"
     env = {**python_path(kernels), "OPFORGE_CUDA_HOME": "", "MAX_JOBS": "2",
            "OPFORGE_KERNELS_INCLUDE_DIR": str(kernels / "include")}
     run([sys.executable, "setup.py", "build_ext", "--inplace"], torch_ext, env, "opforge_torch's build", 500)
+    # its declarations, written by the build: the schemas in the build tree, the entry points in the package
+    assert not (torch_ext / "csrc" / "schema_generated.h").exists()
+    (header,) = (torch_ext / "build").rglob("schema_generated.h")
+    assert all(f'"{op}(' in header.read_text() for op in ("probe_softsign", "probe_add_rms_norm"))
+    wrappers = (torch_ext / "src" / "opforge_torch" / "_ops_generated.py").read_text()
+    assert all(f"def {op}(" in wrappers for op in ("probe_softsign", "probe_sigmoid_glu", "probe_rms_norm"))
     env = python_path(torch_ext / "src", kernels)
     out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_registry.py", "-k",
                "Probe and not onnxruntime_with_the_plugin"], torch_ext, env, "opforge_torch's test_registry", 400)

@@ -5,7 +5,8 @@ Knobs (environment):
   OPFORGE_CUDA_ARCHS    TORCH_CUDA_ARCH_LIST syntax, e.g. "8.0;9.0" (default "8.0;9.0"): SASS for
                         each, PTX for the highest (or for the entries marked "+PTX", if any)
   OPFORGE_KERNELS_INCLUDE_DIR  kernels/include of the shared math (default: the checkout's, then
-                        the installed opforge_spec's)
+                        the installed opforge_spec's); the op spec the build declares the ops
+                        from (gen_schema.py) is the opforge_spec beside it, else the installed one
   OPFORGE_LOCAL_VERSION the variant's local version label, e.g. "cu130" -> version 0.1.0+cu130
                         (unset or empty: the plain version, the default variant's)
   MAX_JOBS              parallel compile jobs (default 2)
@@ -25,6 +26,9 @@ from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import gen_schema  # noqa: E402  (beside setup.py: the ops' schemas and entry points, from the spec)
+
 LIB_NAME = "libopforge_torch.so.1"
 # Oldest torch whose stable ABI has what the kernels need (parallel_for, empty/new_zeros, contiguous, to).
 TORCH_MIN = (2, 10)
@@ -236,7 +240,8 @@ class SourcesOnlySdist(sdist):
 
 
 class BuildLibrary(cpp_extension.BuildExtension):
-    """Names the output libopforge_torch.so.1 and writes _build_info.json beside it."""
+    """Names the output libopforge_torch.so.1 and writes _build_info.json and the ops' entry points
+    (_ops_generated.py) beside it; compiles against the schemas it writes first (gen_schema.py)."""
 
     def get_ext_filename(self, ext_name):
         # Called with the full dotted name and (by get_ext_fullpath) with its last part alone.
@@ -246,6 +251,13 @@ class BuildLibrary(cpp_extension.BuildExtension):
         return super().get_ext_filename(ext_name)
 
     def run(self):
+        # The ops' declarations from the spec this build compiles against: the schemas into the
+        # build tree (an include directory of the extension), the entry points into the package.
+        ops = gen_schema.load_spec(kernels_include().parent).OPS
+        generated = Path(self.build_temp).resolve() / "opforge_generated"
+        gen_schema.write_header(generated, ops)
+        for ext in self.extensions:
+            ext.include_dirs = [str(generated), *ext.include_dirs]
         super().run()
         info = build_info(WITH_CUDA)
         in_source = self.inplace or getattr(self, "editable_mode", False)
@@ -253,6 +265,7 @@ class BuildLibrary(cpp_extension.BuildExtension):
             out = Path(root) / "opforge_torch" / "_build_info.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(info, indent=2) + "\n")
+            gen_schema.write_wrappers(out.parent, ops)
         what = (f"CUDA {info['cuda']}: SASS {' '.join('sm_' + a for a in info['sass'])}, "
                 f"PTX {' '.join('compute_' + a for a in info['ptx'])}") if WITH_CUDA else "CPU only (no CUDA)"
         log(f"built {LIB_NAME}: {what}; variant {info['variant']}, torch {torch.__version__}")

@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import zipfile
 from pathlib import Path
@@ -327,6 +328,9 @@ def test_the_sdist_builds_a_wheel_in_an_empty_folder(package, links, tmp_path):
           str(PACKAGES / package)], cwd=tmp_path, env=_clean_env(PIP_FIND_LINKS=_find_links(links)))
     sdist_s = time.monotonic() - started
     (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:  # each package derives its declarations when it builds
+        generated = [n for n in archive.getnames() if re.search(r"_generated\.(py|h)$", n)]
+    assert not generated, f"{package}: {sdist.name} carries generated files: {generated}"
     empty = tmp_path / "empty"
     empty.mkdir()
     started = time.monotonic()
@@ -351,3 +355,5 @@ def test_the_sdist_builds_a_wheel_in_an_empty_folder(package, links, tmp_path):
         assert info["opforge_trt/build_info.json"]["cuda_architectures"] == ["80"], info  # SASS + PTX
     if package == "torch_ext":
         assert info["opforge_torch/_build_info.json"]["cuda"] is None, info
+        # its build wrote the entry points from the build requirement opforge-spec (gen_schema.py)
+        assert "opforge_torch/_ops_generated.py" in names, names

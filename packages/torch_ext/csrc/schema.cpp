@@ -1,5 +1,6 @@
-// The operator schemas, generated from opforge_spec (schema_generated.h); each backend file adds
-// its kernels.
+// The operator schemas, generated from the opforge_spec this build compiles against
+// (schema_generated.h: setup.py writes it into the build tree with gen_schema.py); each backend
+// file adds its kernels.
 #include "common.h"
 #include "schema_generated.h"
 

@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 __all__ = ["DOMAIN", "DOMAIN_VERSION", "LIBRARY_NAME", "OPS", "ModelError", "build_info", "check_model",
            "inference_session", "library_path", "manifest", "manifest_path", "session_options"]
 
-from ._spec_generated import ATTRIBUTES, DOMAIN, DOMAIN_VERSION, OPS  # noqa: F401  (from opforge_spec)
+from ._spec import ATTRIBUTES, DOMAIN, DOMAIN_VERSION, OPS  # noqa: F401  (read from opforge_spec)
 
 LIBRARY_NAME = "libopforge_ort.so.1"
 _HERE = Path(__file__).resolve().parent

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from . import DOMAIN, DOMAIN_VERSION, _spec_generated
+from . import DOMAIN, DOMAIN_VERSION, _spec
 
 
 class ModelError(ValueError):
@@ -61,10 +61,10 @@ def check_model(model) -> None:
 
 def _dtype_attributes(op: str) -> dict:
     """op's enum attributes that pick an output's dtype: attribute -> (output, default, choices)."""
-    choices = getattr(_spec_generated, "ENUM_CHOICES", {}).get(op, {})
-    defaults = dict(_spec_generated.ATTRIBUTES.get(op, ()))
+    choices = _spec.ENUM_CHOICES.get(op, {})
+    defaults = dict(_spec.ATTRIBUTES.get(op, ()))
     return {dtype: (output, int(defaults[dtype]), choices[dtype])
-            for output, dtype, _shape in getattr(_spec_generated, "OUTPUTS", {}).get(op, ()) if dtype in choices}
+            for output, dtype, _shape in _spec.OUTPUTS.get(op, ()) if dtype in choices}
 
 
 def check_output_dtypes(node) -> None:

@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 __all__ = ["DOMAIN", "LIBRARY_NAME", "NAMESPACE", "OPS", "PLUGIN_VERSION", "build_info", "library_path",
            "load_into", "manifest", "manifest_path"]
 
-from ._spec_generated import ATTRIBUTES, DOMAIN
+from ._spec import ATTRIBUTES, DOMAIN  # read from opforge_spec
 
 NAMESPACE = DOMAIN
 PLUGIN_VERSION = "1"
