@@ -41,7 +41,8 @@ def to_numpy(t):
     if isinstance(t, (tuple, list)):
         return tuple(to_numpy(v) for v in t)
     t = t.detach().cpu()
-    return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
+    widened = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)  # float8 (a quantized Q): numpy has none
+    return (t.float() if t.dtype in widened else t).numpy()
 
 
 # Each op's composed torch form is the spec's (opforge_spec.OpSpec.composed).
@@ -49,9 +50,10 @@ COMPOSED = {name: op.composed for name, op in spec.OPS.items()}
 
 
 def _attr_args(op, attrs) -> list:
-    # Attributes are float32 everywhere (ONNX, the kernels); the reference rounds them the same way.
+    # Float attributes are float32 everywhere (ONNX, the kernels); the reference rounds them the
+    # same way. An int or enum attribute is an int (the torch schemas' `int`).
     values = {**op.defaults(), **attrs}
-    return [float(np.float32(values[k])) for k in op.attributes]
+    return [float(np.float32(values[k])) if a.kind == "float" else int(values[k]) for k, a in op.attributes.items()]
 
 
 def opforge_call(op):
