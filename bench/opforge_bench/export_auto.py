@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # random weights only: never reach the hub
 
@@ -23,7 +24,7 @@ from . import timing
 
 CONFIG = {"vocab_size": 256, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 2,
           "num_attention_heads": 8, "num_key_value_heads": 8, "max_position_embeddings": 1024}
-FORMS = {"auto": "auto", "all-opforge": False, "decomposed": True}  # label -> export's decomposed
+FORMS: dict[str, bool | str] = {"auto": "auto", "all-opforge": False, "decomposed": True}  # label -> export's decomposed
 # auto's median may exceed the faster of the others' by this fraction and still count as not
 # slower: the spread of medians of one form between runs on the shared 2-core machine
 NOISE = 0.05
@@ -41,7 +42,7 @@ class Logits(torch.nn.Module):
         return self.model(input_ids=input_ids, use_cache=False).logits
 
 
-def decoder(config: dict | None = None) -> torch.nn.Module:
+def decoder(config: dict | None = None) -> Any:
     """A patched LLaMA decoder (RMSNorm, SwiGLU, AddRMSNorm) with seeded random weights."""
     import transformers
 

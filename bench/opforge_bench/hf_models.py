@@ -30,11 +30,11 @@ QUICK_SHAPE: dict[str, Any] = {**SHAPE, "vocab_size": 256, "hidden_size": 64, "i
                                "head_dim": 16}
 QUICK_SEQ_LENS = (16, 64)
 # family: (config class, model class, config overrides)
-FAMILIES = {"LLaMA": ("LlamaConfig", "LlamaForCausalLM", {}),
+FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {"LLaMA": ("LlamaConfig", "LlamaForCausalLM", {}),
             "Gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", {})}
 OPSET = 21
 # ORT against eager torch, float32 through a whole model: GEMMs of other blockings sum in other orders
-CLOSE = {"rtol": 1e-4, "atol": 1e-4}
+CLOSE: dict[str, Any] = {"rtol": 1e-4, "atol": 1e-4}
 
 
 def missing_requirement() -> str | None:

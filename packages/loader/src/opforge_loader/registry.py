@@ -19,7 +19,7 @@ from .isolation import Candidate
 
 _logger = logging.getLogger("opforge_loader")
 
-_NUMPY_DTYPES = {np.dtype(np.float32): 1, np.dtype(np.int8): 3, np.dtype(np.int32): 6, np.dtype(np.int64): 7,
+_NUMPY_DTYPES: dict[np.dtype, int] = {np.dtype(np.float32): 1, np.dtype(np.int8): 3, np.dtype(np.int32): 6, np.dtype(np.int64): 7,
                  np.dtype(np.float16): 10, np.dtype(np.float64): 11}
 try:  # numpy has no bfloat16 or float8; ml_dtypes (optional, `opforge-loader[bf16]`) provides them
     import ml_dtypes

@@ -167,10 +167,10 @@ def output_shapes(spec: opforge_spec.OpSpec, x: torch.Tensor) -> tuple:
     return tuple(tuple(spec.output_shape_of(name, x.shape)) for name in spec.outputs)
 
 
-def output_dtypes(spec: opforge_spec.OpSpec, x: torch.Tensor, attrs: tuple) -> tuple:
-    """Each output's dtype for X's and the call's attributes (OpSpec.output_dtype)."""
+def output_dtypes(spec: opforge_spec.OpSpec, x_dtype: torch.dtype, attrs: tuple) -> tuple:
+    """Each output's dtype for X's dtype and the call's attributes (OpSpec.output_dtype)."""
     values = dict(zip(spec.attributes, attrs))
-    return tuple(x.dtype if name not in spec.output_dtypes
+    return tuple(x_dtype if name not in spec.output_dtypes
                  else getattr(torch, spec.output_dtype(name, "", values)) for name in spec.outputs)
 
 
@@ -185,7 +185,7 @@ def outs(spec: opforge_spec.OpSpec, outs: tuple, x: torch.Tensor, attrs: tuple =
     """The outputs of an .out overload: X's device, each output's dtype (X's unless the spec gives
     the output its own: `attrs` pick it) and shape."""
     attrs = (*attrs, *tuple(spec.defaults().values())[len(attrs):])
-    dtypes = output_dtypes(spec, x, attrs)
+    dtypes = output_dtypes(spec, x.dtype, attrs)
     for name, out, shape, output, dtype in zip(out_names(spec), outs, output_shapes(spec, x), spec.outputs, dtypes):
         _same_device(spec.name, name, out, "X", x)
         if output in spec.output_dtypes:

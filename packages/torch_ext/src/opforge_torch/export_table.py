@@ -18,6 +18,7 @@ import importlib.metadata
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import opforge_spec
 
@@ -81,7 +82,7 @@ def _write_swiglu(e, x, beta: float):
     return e.op("SwiGLU", a, b, alpha=float(beta))
 
 
-_WRITERS = {"RMSNorm": _write_rms_norm, "AddRMSNorm": _write_add_rms_norm,
+_WRITERS: dict[str, Callable[..., Any]] = {"RMSNorm": _write_rms_norm, "AddRMSNorm": _write_add_rms_norm,
             "Swish": _write_swish, "SwiGLU": _write_swiglu}
 
 

@@ -18,7 +18,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import types
 from typing import Any, NoReturn
 
 import torch
@@ -170,7 +169,7 @@ def _ts_output_types(g, spec: opforge_spec.OpSpec, x, attrs) -> list:
     """Each output's type: its shape by its rule (the op's, X's, or X's with the last dim 1), its
     dtype X's or its own (OpSpec.output_dtypes; an enum attribute's value picks it)."""
     rules = {"split": lambda: _ts_output_type(g, spec, x), "x": x.type, "row": lambda: _ts_row_type(g, x)}
-    dtypes = _checks.output_dtypes(spec, types.SimpleNamespace(dtype=_ts_dtype(x)), attrs)
+    dtypes = _checks.output_dtypes(spec, _ts_dtype(x), attrs)
     typed = []
     for name, dtype in zip(spec.outputs, dtypes):
         output_type = rules[spec.shape_rule(name)]()
@@ -199,7 +198,7 @@ def _ts_symbolic(spec: opforge_spec.OpSpec):
 
     # parse_args names each argument from the signature (g, then the schema's arguments)
     symbolic.__signature__ = _signature(spec, leading=("g",))  # type: ignore[attr-defined]  # read by inspect.signature
-    kinds = ("f" if a.kind == "float" else "i" for a in spec.attributes.values())
+    kinds: list[Any] = ["f" if a.kind == "float" else "i" for a in spec.attributes.values()]
     return symbolic_helper.parse_args(*("v" * len(spec.inputs)), *kinds)(symbolic)
 
 

@@ -57,7 +57,7 @@ def _register_fakes(spec: opforge_spec.OpSpec) -> None:
         _checks.op(spec, tensors, attrs)
         x = tensors[0]
         return _one_or_tuple(tuple(x.new_empty(shape, dtype=dtype) for shape, dtype in
-                                   zip(_checks.output_shapes(spec, x), _checks.output_dtypes(spec, x, attrs))))
+                                   zip(_checks.output_shapes(spec, x), _checks.output_dtypes(spec, x.dtype, attrs))))
 
     def forward_out(*args, **outs):  # out=, or one per output (y_out=, h_out=)
         tensors, attrs = _inputs(spec, args)
