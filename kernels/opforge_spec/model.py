@@ -193,6 +193,9 @@ class OpSpec:
     #   e.reduce_max(x, axes)                 ReduceMax, the same way;
     #   e.tiny(like)                          the smallest normal number, of `like`'s type.
     decomposed: Callable | None = None
+    # attributes -> why `decomposed` cannot write the op with them, or None (it can): what a
+    # harness asks before exporting a decomposed form it would otherwise see refused.
+    decomposed_refusal: Callable[[dict], str | None] | None = None
     # What an .out overload may write over: output -> the inputs it may be itself (same memory,
     # same layout), each read row by row before that row of the output is written. Any other
     # overlap of an output with an input (W above all: every row reads it) is refused.

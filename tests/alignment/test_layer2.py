@@ -18,6 +18,8 @@ def test_every_form_is_exported_with_one_opforge_node_per_call(export_dir):
     manifest = json.loads((export_dir / "manifest.json").read_text())
     for entry in manifest["entries"]:
         for form, path in entry["models"].items():
+            if isinstance(path, dict) and path.get("skipped"):  # a form the op cannot be written in
+                continue
             assert isinstance(path, str), f"{entry['id']} {form}: {path}"
             graph = onnx.load(str(export_dir / path)).graph
             domains = [n.domain for n in graph.node]

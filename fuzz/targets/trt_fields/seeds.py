@@ -5,8 +5,9 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-NAMES = {"beta": 0, "epsilon": 1, "format_version": 2, None: 3, "": 4, "plugin_version": 5, "betax": 6}
-CUSTOM = 7
+NAMES = {"beta": 0, "epsilon": 1, "format_version": 2, None: 3, "": 4, "plugin_version": 5, "betax": 6,
+         "quant_dtype": 7, "scale_ub": 8}
+CUSTOM = 9
 TYPES = {"f16": 0, "f32": 1, "f64": 2, "i8": 3, "i16": 4, "i32": 5, "char": 6, "dims": 7, "bf16": 9, "i64": 10}
 PACK = {"f32": "<f", "f64": "<d", "i32": "<i", "i64": "<q", "i16": "<h", "i8": "<b", "f16": "<e"}
 NULL_COLLECTION, NULL_ARRAY, NULL_DATA = 1, 2, 0x80
@@ -54,6 +55,12 @@ SEEDS = {
     "format_version_future": seed(field("beta", "f32", 1.0), field("format_version", "i32", 2)),
     "format_version_int64": seed(field("beta", "f32", 1.0), field("format_version", "i64", 1)),
     "format_version_negative_length": seed(field("epsilon", "f32", 1.0), field("format_version", "i32", 1, length=-1)),
+    # an enum attribute (int32 serialized, int64 accepted) beside a float one of the same op
+    "serialized_quant_int8": seed(field("epsilon", "f32", 1e-6), field("quant_dtype", "i32", 3),
+                                  field("scale_ub", "f32", 0.0), FORMAT),
+    "quant_dtype_fp8_int64": seed(field("quant_dtype", "i64", 17), field("scale_ub", "f32", 2.5)),
+    "quant_dtype_not_a_choice": seed(field("quant_dtype", "i32", 5), FORMAT),
+    "quant_dtype_f32": seed(field("quant_dtype", "f32", 3.0), FORMAT),
 }
 
 

@@ -42,7 +42,8 @@ namespace kernels = opforge::kernels;
 
 constexpr int kMaxFields = 8;
 constexpr size_t kPayload = 8;
-constexpr const char* kNames[] = {"beta", "epsilon", "format_version", nullptr, "", "plugin_version", "betax"};
+constexpr const char* kNames[] = {"beta",        "epsilon",     "format_version", nullptr, "",
+                                  "plugin_version", "betax", "quant_dtype",   "scale_ub"};
 constexpr uint8_t kCustomName = sizeof kNames / sizeof kNames[0];
 constexpr uint8_t kNullData = 0x80;
 
@@ -165,12 +166,21 @@ Expectation expect_from(const Decoded& in, const kernels::OpDesc& op) {
   return e;
 }
 
-// One serialized field: an attribute's value into `values`, or format_version checked.
+bool is_float(const kernels::AttrSpec& attr) { return attr.type == kernels::AttrType::kFloat; }
+
+// One serialized field: an attribute's value into `values` (float32, or int32 for an int or enum
+// attribute), or format_version checked.
 void read_serialized_field(const kernels::OpDesc& op, const PluginField& f, kernels::AttrValues* values,
                            int* attrs_seen, bool* format_seen) {
   if (f.name == nullptr || f.data == nullptr || f.length != 1) fail("malformed serialized field");
-  if (const int a = attr_index_of(op, f.name); a >= 0 && f.type == PluginFieldType::kFLOAT32) {
+  const int a = attr_index_of(op, f.name);
+  if (a >= 0 && is_float(*op.attrs[a]) && f.type == PluginFieldType::kFLOAT32) {
     std::memcpy(&values->v[a], f.data, sizeof(float));
+    ++*attrs_seen;
+  } else if (a >= 0 && !is_float(*op.attrs[a]) && f.type == PluginFieldType::kINT32) {
+    int32_t v;
+    std::memcpy(&v, f.data, sizeof v);
+    values->v[a] = static_cast<float>(v);
     ++*attrs_seen;
   } else if (std::strcmp(f.name, "format_version") == 0 && f.type == PluginFieldType::kINT32) {
     int32_t version;
@@ -198,6 +208,17 @@ kernels::AttrValues attributes_of(nvinfer1::IPluginV3* plugin, const kernels::Op
 }
 
 float given_value(const PluginField& f) {
+  if (f.type == PluginFieldType::kINT32 || f.type == PluginFieldType::kINT64) {
+    int64_t v = 0;
+    if (f.type == PluginFieldType::kINT32) {
+      int32_t narrow;
+      std::memcpy(&narrow, f.data, sizeof narrow);
+      v = narrow;
+    } else {
+      std::memcpy(&v, f.data, sizeof v);
+    }
+    return static_cast<float>(v);  // accepted, hence |v| <= 2^24: exact in float32
+  }
   if (f.type == PluginFieldType::kFLOAT32) {
     float v;
     std::memcpy(&v, f.data, sizeof v);
@@ -219,9 +240,11 @@ kernels::AttrValues expected_values(const kernels::OpDesc& op, const Expectation
   kernels::AttrValues expected;
   for (int32_t a = 0; a < op.nb_attrs; ++a) {
     const PluginField* f = e.attr[a];
-    if (f != nullptr && (f->data == nullptr || f->length != 1 ||
-                         (f->type != PluginFieldType::kFLOAT32 && f->type != PluginFieldType::kFLOAT64)))
-      fail("accepted an attribute field that is not one float32 or float64 value");
+    const bool float_attr = is_float(*op.attrs[a]);
+    const PluginFieldType wide = float_attr ? PluginFieldType::kFLOAT64 : PluginFieldType::kINT64;
+    const PluginFieldType narrow = float_attr ? PluginFieldType::kFLOAT32 : PluginFieldType::kINT32;
+    if (f != nullptr && (f->data == nullptr || f->length != 1 || (f->type != narrow && f->type != wide)))
+      fail("accepted an attribute field that is not one value of the attribute's type (float32/64, int32/64)");
     expected.v[a] = f != nullptr ? given_value(*f) : static_cast<float>(op.attrs[a]->default_value);
   }
   return expected;
@@ -245,7 +268,7 @@ void check_accepted(nvinfer1::IPluginCreatorV3One* creator, const kernels::OpDes
   PluginFieldCollection serialized{};
   const kernels::AttrValues values = attributes_of(plugin.get(), op, &serialized);
   for (int32_t a = 0; a < op.nb_attrs; ++a)
-    if (!kernels::attr_valid(op.attrs[a]->range, values[a])) fail("accepted a value the attribute rule refuses");
+    if (!kernels::attr_valid(*op.attrs[a], values[a])) fail("accepted a value the attribute rule refuses");
   if (!same_bits(values, expected, op.nb_attrs)) fail("the plugin holds another value than the fields gave");
 
   Owned again(creator->createPlugin("fuzz", &serialized, TensorRTPhase::kRUNTIME));

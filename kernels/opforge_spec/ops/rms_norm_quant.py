@@ -61,10 +61,10 @@ quotient is within a few float32 ulps of a rounding boundary: the tests allow on
 
 The decomposed form (standard ONNX, opsets 13..21) supports int8 only: Cast to float8e4m3fn needs
 opset 19 and the dynamo exporter writes its decompositions for opset 18; it computes RMSNorm in
-X's dtype (rms_norm_decomposed), the row's amax by ReduceMax(|Y|), Scale = Max(amax / 127,
-min_scale) (Min with scale_ub first), and Q = Cast(Clip(Round(Y * (1 / Scale)), -127, 127), int8);
-ReduceMax propagates a NaN (fmax does not) and ONNX leaves Cast of NaN to int8 undefined, so NaN
-rows differ.
+X's dtype (rms_norm_decomposed), the row's amax by ReduceMax(|Y| with NaN as 0: ReduceMax
+propagates a NaN, fmax does not), Scale = Max(amax / 127, min_scale) (Min with scale_ub first), and
+Q = Cast(Clip(NaN as 0 of Round(Y * (1 / Scale))), -127, 127), int8) (ONNX leaves Cast of NaN to
+int8 undefined; the kernels give 0). A float8 quant_dtype is refused there (decomposed_refusal).
 """
 from __future__ import annotations
 
@@ -179,7 +179,9 @@ def rms_norm_quant_composed(x, w, epsilon: float = 1e-6, quant_dtype: int = 3, s
     denom = xa.pow(2).mean(dim=-1, keepdim=True) + epsilon
     inv = denom.masked_fill(denom == 0, 1.0).rsqrt().masked_fill(denom == 0, 0.0)
     y = (xa * inv * w.to(xa.dtype)).float()
-    amax = y.abs().nan_to_num(nan=0.0).amax(dim=-1, keepdim=True)
+    magnitudes = y.abs().nan_to_num(nan=0.0)
+    # a row without columns: amax 0, as the kernels' and the reference's (amax() refuses an empty dim)
+    amax = magnitudes.amax(dim=-1, keepdim=True) if y.shape[-1] else y.new_zeros((*y.shape[:-1], 1))
     if scale_ub > 0:
         amax = amax.clamp(max=scale_ub)
     scale = (amax / QMAX[quant]).clamp(min=MIN_SCALE[quant])
@@ -189,18 +191,33 @@ def rms_norm_quant_composed(x, w, epsilon: float = 1e-6, quant_dtype: int = 3, s
     return (y / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), scale
 
 
+def decomposed_refusal(attrs: dict) -> str | None:
+    quant = _quant_name(attrs.get("quant_dtype", DTYPE_CODES["int8"]))
+    if quant == "int8":
+        return None
+    return (f"RMSNormQuant's decomposed form writes int8 only, not {quant}: standard ONNX's Cast to "
+            f"float8e4m3fn needs opset 19; the decomposed graphs are written for opsets 13..21")
+
+
+def _zero_nan(e, t):
+    """NaN -> 0 (Where(IsNaN)): ReduceMax propagates a NaN where the kernels' fmax ignores it, and
+    ONNX leaves Cast of NaN to int8 undefined where the kernels give 0."""
+    return e.op("Where", e.op("IsNaN", t), e.scalar(0.0, t), t)
+
+
 def rms_norm_quant_decomposed(e, x, w, epsilon: float, quant_dtype: int = 3, scale_ub: float = 0.0):
-    if _quant_name(quant_dtype) != "int8":
+    refusal = decomposed_refusal({"quant_dtype": quant_dtype})
+    if refusal is not None:
         raise RuntimeError(error(
             "RMSNormQuant", "quant_dtype", "3 (int8) in the decomposed form (standard ONNX's Cast to "
             "float8e4m3fn needs opset 19; the decomposed graphs are written for opsets 13..21)",
             f"{int(quant_dtype)} ({_quant_name(quant_dtype)})"))
     y = e.op("Cast", rms_norm_decomposed(e, x, w, epsilon), to=1)
-    amax = e.reduce_max(e.op("Abs", y), [-1])
+    amax = e.reduce_max(_zero_nan(e, e.op("Abs", y)), [-1])
     if scale_ub > 0:
         amax = e.op("Min", amax, e.scalar(scale_ub, y))
     scale = e.op("Max", e.op("Div", amax, e.scalar(QMAX["int8"], y)), e.scalar(MIN_SCALE["int8"], y))
-    rounded = e.op("Round", e.op("Mul", y, e.op("Reciprocal", scale)))
+    rounded = _zero_nan(e, e.op("Round", e.op("Mul", y, e.op("Reciprocal", scale))))
     clipped = e.op("Clip", rounded, e.scalar(-QMAX["int8"], y), e.scalar(QMAX["int8"], y))
     return e.op("Cast", clipped, to=DTYPE_CODES["int8"]), scale
 
@@ -358,6 +375,7 @@ RMS_NORM_QUANT = OpSpec(
     extra={"w_expected": WEIGHT_EXPECTED},
     composed=rms_norm_quant_composed,
     decomposed=rms_norm_quant_decomposed,
+    decomposed_refusal=decomposed_refusal,
     independent=rms_norm_quant_independent,
     order=60,
     output_dtypes={"Q": "quant_dtype", "Scale": "float32"},

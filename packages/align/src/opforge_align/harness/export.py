@@ -112,6 +112,9 @@ def export_form(op, attrs, rank, dtype, *, form: str, path: Path, opset: int,
     if dynamo and opset < DYNAMO_MIN_OPSET:
         return {"skipped": f"the dynamo exporter writes opset >= {DYNAMO_MIN_OPSET}, this cell "
                            f"exports opset {opset}"}
+    refusal = op.decomposed_refusal(attrs) if op.decomposed_refusal else None
+    if form.startswith("decomposed") and refusal:
+        return {"skipped": refusal}
     model = MODULES[op.name](op, attrs).eval()
     kw = dynamic_dims(op, rank, dynamo) if rank else {}
     if dynamo:

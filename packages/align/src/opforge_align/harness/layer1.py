@@ -104,6 +104,6 @@ def _run_one(results: Results, op, device: str, dtype: str, fault) -> None:
                                       subject=f"opforge_torch.{device}", **where))
         results.add(against_reference(op, composed, case.inputs, case.attrs, dtype,
                                       subject=f"torch_composed.{device}", **where))
-        results.add(against_neighbour(op, ours, composed, case.inputs, dtype,
+        results.add(against_neighbour(op, ours, composed, case.inputs, dtype, attrs=case.attrs,
                                       subject=f"opforge_torch.{device}",
                                       against=f"torch_composed.{device}", **where))

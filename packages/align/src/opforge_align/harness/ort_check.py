@@ -199,7 +199,7 @@ def _run_ort(results, job: Job, path: Path, *, library, fault) -> dict:
                                   against="opforge_torch", max_ulp=SAME_KERNEL_ULP, **where))
         else:
             results.add(against_neighbour(job.op, y, torch_y, inputs, job.dtype,
-                                          against="opforge_torch", **where))
+                                          attrs=job.entry["attrs"], against="opforge_torch", **where))
     return outputs
 
 
