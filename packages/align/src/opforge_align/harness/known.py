@@ -52,7 +52,8 @@ DEVIATIONS = (
     Deviation("decomposed", "RMSNormQuant", "*", ("empty_cols",), why=(
         "ORT_ENABLE_EXTENDED fuses the decomposed RMSNorm into SimplifiedLayerNormalization, which "
         "refuses an X without columns: 'Size of X.shape[axis:] must be at least 1, got 0' (seen in "
-        "1.17.3); the standard ops themselves give the empty Q and min_scale")),
+        "1.17.3 and 1.32.0); unfused (ORT_ENABLE_BASIC) the same graph gives the empty Q and "
+        "min_scale")),
 )
 
 
