@@ -222,8 +222,10 @@ def bundled_runtimes(wheel: Path) -> list[str]:
     return sorted(n for n in names for p in EXCLUDES if fnmatch.fnmatch(n, p))
 
 
-def smoke(wheel: Path, venv: Path, log: Path, *, torch_site: Path | None = None) -> str | None:
-    """Install into a fresh venv and import; torch (if needed) is seen from torch_site."""
+def smoke(wheel: Path, venv: Path, log: Path, *, torch_site: Path | None = None,
+          find_links: str | None = None) -> str | None:
+    """Install into a fresh venv and import; torch (if needed) is seen from torch_site, the
+    opforge-spec the plugins depend on from `find_links` (this tree's wheel: not on an index yet)."""
     shutil.rmtree(venv, ignore_errors=True)
     if _run([sys.executable, "-m", "venv", str(venv)], log).returncode != 0:
         return "cannot create a venv"
@@ -236,7 +238,8 @@ def smoke(wheel: Path, venv: Path, log: Path, *, torch_site: Path | None = None)
         (site / "matrix_torch.pth").write_text(f"{torch_site}\n")
     # torch comes from the matrix's torch venv (5.6 GB, not reinstalled); other deps from the index
     no_deps = ["--no-deps"] if name == "opforge_torch" else []
-    done = _run([str(python), "-m", "pip", "install", "--quiet", *no_deps, str(wheel)], log)
+    links = ["--find-links", find_links] if find_links else []
+    done = _run([str(python), "-m", "pip", "install", "--quiet", *no_deps, *links, str(wheel)], log)
     if done.returncode != 0:
         return f"pip install {wheel.name} failed"
     code = SMOKE.get(name, f"import {name}")
@@ -246,7 +249,7 @@ def smoke(wheel: Path, venv: Path, log: Path, *, torch_site: Path | None = None)
 
 
 def repair_and_check(wheels: list[str], out: Path, tools: Path, log: Path,
-                     torch_site: Path | None = None) -> list[dict]:
+                     torch_site: Path | None = None, find_links: str | None = None) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for wheel in map(Path, wheels):
@@ -271,7 +274,7 @@ def repair_and_check(wheels: list[str], out: Path, tools: Path, log: Path,
                 dynamic = _run(["readelf", "-d", str(lib)], log).stdout
                 problems += check_library(lib, log, dynamic)
                 problems += undeclared_cudart(lib.name, dynamic, declared)
-        failure = smoke(repaired, out / "smoke" / name, log, torch_site=torch_site)
+        failure = smoke(repaired, out / "smoke" / name, log, torch_site=torch_site, find_links=find_links)
         if failure:
             problems.append(failure)
         tag = repaired.name.rsplit("-", 1)[-1].removesuffix(".whl")

@@ -121,8 +121,9 @@ def wheel(job: Job, ws: Workspace) -> Result:
         torch_venv = ws.venv(job.matrix, job.cell, "torch", job.log)
         torch_site = venvs.site_packages(torch_venv)
     todo = [w for w in built if w not in ws.wheel_checks]
-    for built_wheel, check in zip(todo, wheels.repair_and_check(todo, job.work, tools, job.log,
-                                                                torch_site=torch_site)):
+    checked = wheels.repair_and_check(todo, job.work, tools, job.log, torch_site=torch_site,
+                                      find_links=ws.spec_wheels(job.log))
+    for built_wheel, check in zip(todo, checked):
         ws.wheel_checks[built_wheel] = check
     checks = [ws.wheel_checks[w] for w in built]
     result = Result("pass" if all(c["ok"] for c in checks) else "fail",
