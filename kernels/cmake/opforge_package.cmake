@@ -2,12 +2,17 @@
 
 # Installs `target` (its file named by its SONAME, `library`) with build_info.json and
 # `<library>.manifest.json`, both configured from the package's cmake/*.json.in. The manifest's
-# `ops` are the caller's OPFORGE_MANIFEST_OPS (the package writes them from OPFORGE_KERNELS_OPS), its
-# sha256 is taken from the file as installed (after any install-time strip).
+# `ops` (OPFORGE_MANIFEST_OPS) are every op of the spec these kernels come from (OPFORGE_KERNELS_OPS),
+# as the loader's manifest schema lists them; its sha256 is taken from the file as installed (after
+# any install-time strip).
 function(opforge_install_library target library who)
-  if(NOT DEFINED OPFORGE_MANIFEST_OPS)
-    message(FATAL_ERROR "${who}: set OPFORGE_MANIFEST_OPS (the manifest's ops) before opforge_install_library")
-  endif()
+  set(ops "")
+  foreach(op IN LISTS OPFORGE_KERNELS_OPS)
+    list(APPEND ops
+         "{\"domain\": \"${OPFORGE_KERNELS_DOMAIN}\", \"name\": \"${op}\", \"version\": ${OPFORGE_KERNELS_DOMAIN_VERSION}}")
+  endforeach()
+  list(JOIN ops ", " OPFORGE_MANIFEST_OPS)
+  set(OPFORGE_MANIFEST_OPS "[${OPFORGE_MANIFEST_OPS}]")
   configure_file(cmake/build_info.json.in build_info.json @ONLY)
   configure_file(cmake/manifest.json.in ${library}.manifest.json.in @ONLY)
   install(TARGETS ${target} LIBRARY DESTINATION .)
