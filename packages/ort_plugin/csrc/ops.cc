@@ -308,15 +308,6 @@ OrtStatus* alloc_outputs(const Kernel& k, OrtKernelContext* ctx, const Tensor& x
   return nullptr;
 }
 
-// X as rows (shapes.h row_view), a row op's X without columns included: its rows still exist and
-// a per-row output (RMSNormQuant's scale, [..., 1]) has a value for each.
-opforge::kernels::RowView rows_of(const opforge::kernels::OpDesc& op, const Tensor& x) {
-  opforge::kernels::RowView v = opforge::kernels::row_view(op, x.shape.data(), rank(x));
-  if (op.layout == opforge::kernels::Layout::kRows && rank(x) >= 1 && v.cols == 0)
-    v.rows = opforge::kernels::element_count(x.shape.data(), rank(x) - 1);
-  return v;
-}
-
 bool all_empty(const std::vector<void*>& outputs) {
   for (const void* data : outputs)
     if (data != nullptr) return false;
@@ -333,7 +324,7 @@ OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
   const Tensor& x = in[0];
   std::vector<void*> outputs(op.nb_outputs, nullptr);
   OPFORGE_TRY(alloc_outputs(k, ctx, x, outputs));
-  const opforge::kernels::RowView v = rows_of(op, x);
+  const opforge::kernels::RowView v = opforge::kernels::row_view(op, x.shape.data(), rank(x));
   if (all_empty(outputs) || v.rows == 0) return nullptr;  // nothing to write
   std::vector<const void*> inputs;
   for (const Tensor& t : in) inputs.push_back(t.data);

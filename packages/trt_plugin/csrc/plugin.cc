@@ -98,14 +98,6 @@ int64_t volume(const Dims& dims) {
   return n;
 }
 
-// X as rows (shapes.h row_view), a row op's X without columns included: its rows still exist and
-// a per-row output (RMSNormQuant's scale, [..., 1]) has a value for each.
-kernels::RowView rows_of(const kernels::OpDesc& op, const Dims& x) {
-  kernels::RowView v = kernels::row_view(op, x.d, x.nbDims);
-  if (op.layout == kernels::Layout::kRows && x.nbDims >= 1 && v.cols == 0) v.rows = kernels::element_count(x.d, x.nbDims - 1);
-  return v;
-}
-
 bool all_empty(const nvinfer1::PluginTensorDesc* outputs, int32_t count) {
   for (int32_t i = 0; i < count; ++i)
     if (volume(outputs[i].dims) != 0) return false;
@@ -277,7 +269,7 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
   // here too, before any launch.
   if (check_dims(inputDesc) != 0) return -1;
   const Dims& x = inputDesc[0].dims;
-  const kernels::RowView v = rows_of(*spec_, x);
+  const kernels::RowView v = kernels::row_view(*spec_, x.d, x.nbDims);
   if (v.rows == 0 || all_empty(outputDesc, spec_->nb_outputs)) return 0;  // nothing to write
   // Before the first launch on a device: a GPU this build has no code for is named, never left to
   // "no kernel image is available".

@@ -163,14 +163,6 @@ bool output_matches(const char* op, const char* name, const OpforgeTensorDesc& w
   return false;
 }
 
-// X as rows (shapes.h row_view), a row op's X without columns included: its rows still exist and
-// a per-row output (RMSNormQuant's scale, [..., 1]) has a value for each.
-k::RowView rows_of(const k::OpDesc& op, const OpforgeTensor& x) {
-  k::RowView v = k::row_view(op, x.shape, x.rank);
-  if (op.layout == k::Layout::kRows && x.rank >= 1 && v.cols == 0) v.rows = k::element_count(x.shape, x.rank - 1);
-  return v;
-}
-
 bool all_empty(const OpforgeTensorDesc* outputs, int32_t count) {
   for (int32_t o = 0; o < count; ++o)
     if (k::element_count(outputs[o].shape, outputs[o].rank) != 0) return false;
@@ -186,7 +178,7 @@ const T* tensor_data(const OpforgeTensor& t) {
 template <class Op, class T>
 void run(const OpforgeTensor* in, const OpforgeTensor* out, const k::AttrValues& attrs) {
   constexpr const k::OpDesc& op = Op::desc;
-  const k::RowView v = rows_of(op, in[0]);
+  const k::RowView v = k::row_view(op, in[0].shape, in[0].rank);
   k::cpu::Forward<T> args{tensor_data<T>(in[0]), k::has_weight(op) ? tensor_data<T>(in[op.nb_inputs - 1]) : nullptr,
                           static_cast<T*>(out[0].data), v.cols, attrs};
   if (k::has_residual(op)) args.r = tensor_data<T>(in[1]);
@@ -206,7 +198,7 @@ int32_t compute(void* inst, const OpforgeTensor* in, uint32_t n_in, OpforgeTenso
   for (int32_t o = 0; o < Op::desc.nb_outputs; ++o)
     if (!output_matches(Op::desc.name, Op::desc.output_descs[o].name, want[o], out[o], err, len))
       return OPFORGE_ERR_INVALID_ARGUMENT;
-  if (rows_of(Op::desc, in[0]).rows == 0 || all_empty(want, Op::desc.nb_outputs)) return OPFORGE_OK;  // nothing to write
+  if (k::row_view(Op::desc, in[0].shape, in[0].rank).rows == 0 || all_empty(want, Op::desc.nb_outputs)) return OPFORGE_OK;  // nothing to write
   const k::AttrValues& attrs = static_cast<Params*>(inst)->attrs;
   switch (in[0].dtype) {
     case OPFORGE_DTYPE_FLOAT32: run<Op, float>(in, out, attrs); break;
