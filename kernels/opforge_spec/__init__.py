@@ -13,6 +13,7 @@ from .model import (
     RANK_AT_LEAST_1,
     RESIDUAL_EXPECTED,
     WEIGHT_EXPECTED,
+    WEIGHT_FLOAT32_WITH,
     Attr,
     BadCase,
     Case,
@@ -23,6 +24,7 @@ from .model import (
     format_number,
     int_attr,
     strided,
+    weight_dtypes,
 )
 from .numerics import (
     DTYPES,
@@ -66,6 +68,8 @@ __all__ = [
     "SWIGLU",
     "SWISH",
     "WEIGHT_EXPECTED",
+    "WEIGHT_FLOAT32_WITH",
+    "weight_dtypes",
     "Attr",
     "BadCase",
     "Case",

@@ -42,6 +42,16 @@ RESIDUAL_EXPECTED = "a tensor of shape "
 WEIGHT_EXPECTED = ("1-D tensor of length ", " (last dim of X)")
 
 
+# W may be float32 with a 16-bit X (a mixed-dtype call, computed in float32 with the weight as
+# given: HF's Gemma keeps its norm weight in float32); the C++ twin is shapes.h weight_dtype_ok.
+WEIGHT_FLOAT32_WITH = ("float16", "bfloat16")
+
+
+def weight_dtypes(x_dtype: str) -> tuple[str, ...]:
+    """The dtypes a per-column weight W may have with an X of `x_dtype` (dtype names)."""
+    return (x_dtype, "float32") if x_dtype in WEIGHT_FLOAT32_WITH else (x_dtype,)
+
+
 def _shape_text(shape) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
@@ -289,6 +299,15 @@ class OpSpec:
             return None
         before, after = WEIGHT_EXPECTED
         return error(self.name, "W", f"{before}{cols}{after}", "shape " + _shape_text(w_shape))
+
+    def w_dtype_error(self, x_dtype: str, w_dtype: str) -> str | None:
+        """W's dtype rule (weight_dtypes), as every layer words it (shapes.h weight_dtype_error);
+        None when valid."""
+        allowed = weight_dtypes(x_dtype)
+        if w_dtype in allowed:
+            return None
+        expected = f"dtype {x_dtype} (dtype of X)" + (" or float32" if len(allowed) > 1 else "")
+        return error(self.name, "W", expected, w_dtype)
 
     def output_shape(self, shape) -> tuple:
         """Y's shape for X's shape (a second output H has X's shape)."""

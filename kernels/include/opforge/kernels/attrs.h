@@ -49,6 +49,19 @@ struct AttrSpec {
 enum class ElemType : int32_t { kLikeX = 0, kFloat32 = 1, kInt8 = 3, kFloat16 = 10, kFloat64 = 11,
                                 kBFloat16 = 16, kFloat8E4M3FN = 17 };
 
+// The dtype's name in messages (opforge_spec's dtype names); "" for kLikeX.
+inline const char* elem_type_name(ElemType t) {
+  switch (t) {
+    case ElemType::kFloat32: return "float32";
+    case ElemType::kInt8: return "int8";
+    case ElemType::kFloat16: return "float16";
+    case ElemType::kFloat64: return "float64";
+    case ElemType::kBFloat16: return "bfloat16";
+    case ElemType::kFloat8E4M3FN: return "float8_e4m3fn";
+    default: return "";
+  }
+}
+
 // An output's shape: kSplit the op's rule (X's shape, the last dim divided by split), kLikeX X's
 // shape, kRow X's shape with the last dim 1 (one value per row).
 enum class OutShape { kSplit, kLikeX, kRow };

@@ -24,6 +24,9 @@ struct Forward {
   // Every output in descriptor order, each of its own dtype (OutputDesc; an op whose outputs are
   // not all T reads them here), or nullptr.
   void* const* outputs = nullptr;
+  // W in float32 with a 16-bit X (shapes.h weight_dtype_ok; then w is nullptr): the row norms
+  // read it as given.
+  const float* w_float32 = nullptr;
 };
 
 template <class T>

@@ -70,6 +70,25 @@ inline std::string w_shape_error(const OpDesc& op, const int64_t* x_shape, int32
   return error_text(op.name, "W", expected, "shape " + shape_text(w_shape, w_rank));
 }
 
+// W's dtype rule: X's dtype, or float32 with a float16 or bfloat16 X (a mixed-dtype call: the row
+// is computed in float32 with the weight as given, as HF's Gemma keeps its norm weight in float32;
+// rounding 1 + w to bfloat16 moved 27% of its outputs). The Python twin is opforge_spec.weight_dtypes.
+inline bool weight_may_be_float32(ElemType x) { return x == ElemType::kFloat16 || x == ElemType::kBFloat16; }
+
+inline bool weight_dtype_ok(ElemType x, ElemType w) {
+  return w == x || (w == ElemType::kFloat32 && weight_may_be_float32(x));
+}
+
+// Empty when W's dtype fits X's, else the canonical error text ("opforge.RMSNorm: W: expected dtype
+// bfloat16 (dtype of X) or float32, got float64").
+inline std::string weight_dtype_error(const OpDesc& op, ElemType x, ElemType w) {
+  if (weight_dtype_ok(x, w)) return {};
+  std::string expected = std::string("dtype ") + elem_type_name(x) + " (dtype of X)";
+  if (weight_may_be_float32(x)) expected += " or float32";
+  const char* got = elem_type_name(w);
+  return error_text(op.name, "W", expected, *got ? got : "dtype code " + std::to_string(int32_t(w)));
+}
+
 // An op's tensor inputs by position: X, then a residual R of X's shape (three inputs), then a
 // per-column weight W (two or three).
 constexpr bool has_residual(const OpDesc& op) { return op.nb_inputs == 3; }
