@@ -46,6 +46,8 @@ struct Inputs {
   const Tensor* w = nullptr;
 };
 Inputs inputs_of(const OpDesc& op, const Tensor* const* tensors);
+// Whether W's dtype is not X's: once checked (shapes.h weight_dtype_ok), a float32 W with a 16-bit X.
+inline bool mixed_weight(const Inputs& in) { return in.w != nullptr && in.w->scalar_type() != in.x->scalar_type(); }
 
 // The inputs made contiguous (a contiguous one is used as is, so an `out` that is an input stays
 // that input); kept alive as long as this object.

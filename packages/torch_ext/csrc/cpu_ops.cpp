@@ -32,6 +32,16 @@ const T* in(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr());
 template <class T>
 T* out(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
 
+// Calls fn(w) with W's pointer as the kernels take it: float32 with a bfloat16 X (a mixed-dtype
+// call, checked: shapes.h weight_dtype_ok), else X's type.
+template <class T, class Fn>
+void with_weight(const Tensor& w, Fn&& fn) {
+  if constexpr (std::is_same_v<T, opforge::kernels::bfloat16>) {
+    if (w.scalar_type() == ScalarType::Float) return fn(in<float>(w));
+  }
+  fn(in<T>(w));
+}
+
 int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, kGrainElements / std::max<int64_t>(cols, 1)); }
 
 // ---- every op: forward, .out and (single-input ops) backward, from the op's kernel binding ----
@@ -45,8 +55,9 @@ void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys
   dispatch(src.x->scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     const bool stream = reused_y && k::cpu::streaming_pays_off(ys[0].numel() * int64_t(sizeof(T)));
-    k::cpu::Forward<T> args{in<T>(*src.x), src.w ? in<T>(*src.w) : nullptr, out<T>(ys[0]), v.cols,
-                            kernel_attrs(Op::desc, attrs), stream};
+    k::cpu::Forward<T> args{in<T>(*src.x), nullptr, out<T>(ys[0]), v.cols, kernel_attrs(Op::desc, attrs), stream};
+    if (mixed_weight(src)) args.w_float32 = in<float>(*src.w);
+    else if (src.w != nullptr) args.w = in<T>(*src.w);
     if (src.r != nullptr) args.r = in<T>(*src.r);
     if (ys.size() > 1) args.h = out<T>(ys[1]);
     void* outputs[3] = {};
@@ -148,7 +159,9 @@ struct RowBackward<Op, std::index_sequence<At...>> {
     const auto norm = Op::norm(kernel_attrs(op, attrs));
     Tensor dw = weight_grad(x, w, s, [&](auto tag, auto* acc, int64_t r0, int64_t r1) {
       using T = decltype(tag);
-      k::cpu::row_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx), acc, r0, r1, s.cols, norm);
+      with_weight<T>(w, [&](auto* wp) {
+        k::cpu::row_norm_backward<T>(in<T>(dy), in<T>(x), wp, out<T>(dx), acc, r0, r1, s.cols, norm);
+      });
     });
     return {dx, dw};
   }
@@ -171,8 +184,10 @@ struct RowBackward<Op, std::index_sequence<At...>> {
     const auto norm = Op::norm(kernel_attrs(op, attrs));
     Tensor dw = weight_grad(x, w, s, [&](auto tag, auto* acc, int64_t r0, int64_t r1) {
       using T = decltype(tag);
-      k::cpu::residual_row_norm_backward<T>(in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), in<T>(w), out<T>(dx),
-                                            out<T>(dr), acc, r0, r1, s.cols, norm);
+      with_weight<T>(w, [&](auto* wp) {
+        k::cpu::residual_row_norm_backward<T>(in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), wp, out<T>(dx),
+                                              out<T>(dr), acc, r0, r1, s.cols, norm);
+      });
     });
     return {dx, dr, dw};
   }

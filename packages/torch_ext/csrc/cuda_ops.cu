@@ -10,6 +10,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.h"
@@ -33,6 +34,16 @@ template <class T>
 const T* in(const Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
 template <class T>
 T* out(const Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
+
+// Calls fn(w) with W's pointer as the kernels take it: float32 with a 16-bit X (a mixed-dtype call,
+// checked: shapes.h weight_dtype_ok), else X's type.
+template <class T, class Fn>
+auto with_weight(const Tensor& w, Fn&& fn) {
+  if constexpr (!std::is_same_v<T, float>) {
+    if (w.scalar_type() == ScalarType::Float) return fn(in<float>(w));
+  }
+  return fn(in<T>(w));
+}
 
 // Before any launch (the caller holds the device guard): a GPU this build has no code for is
 // named, never left to "no kernel image is available". Decided once per device.
@@ -65,8 +76,9 @@ void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys
   // have rows to write (an output with one value per row: row_view keeps them).
   if (x.numel() > 0 || v.rows > 0) dispatch(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    k::cuda::Forward<T> args{in<T>(x), src.w ? in<T>(*src.w) : nullptr, out<T>(ys[0]), v.rows, v.cols,
-                             kernel_attrs(Op::desc, attrs)};
+    k::cuda::Forward<T> args{in<T>(x), nullptr, out<T>(ys[0]), v.rows, v.cols, kernel_attrs(Op::desc, attrs)};
+    if (mixed_weight(src)) args.w_float32 = in<float>(*src.w);
+    else if (src.w != nullptr) args.w = in<T>(*src.w);
     if (src.r != nullptr) args.r = in<T>(*src.r);
     if (ys.size() > 1) args.h = out<T>(ys[1]);
     void* outputs[3] = {};
@@ -151,9 +163,11 @@ struct RowBackward<Op, std::index_sequence<At...>> {
     const auto norm = Op::norm(kernel_attrs(op, attrs));
     if (s.cols > 0) dispatch(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      check_launch(op.name, k::cuda::row_norm_backward<T>(in<T>(dy), in<T>(x), in<T>(w), out<T>(dx),
-                                                          out<float>(dw), workspace.mutable_data_ptr(), s.rows,
-                                                          s.cols, norm, launch_stream(op.name, x)));
+      check_launch(op.name, with_weight<T>(w, [&](auto* wp) {
+        return k::cuda::row_norm_backward<T>(in<T>(dy), in<T>(x), wp, out<T>(dx), out<float>(dw),
+                                             workspace.mutable_data_ptr(), s.rows, s.cols, norm,
+                                             launch_stream(op.name, x));
+      }));
     });
     return {dx, torch::stable::to(dw, w.scalar_type())};
   }
@@ -179,10 +193,11 @@ struct RowBackward<Op, std::index_sequence<At...>> {
     const auto norm = Op::norm(kernel_attrs(op, attrs));
     if (s.cols > 0) dispatch(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      check_launch(op.name, k::cuda::residual_row_norm_backward<T>(
-                                in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), in<T>(w), out<T>(dx), out<T>(dr),
-                                out<float>(dw), workspace.mutable_data_ptr(), s.rows, s.cols, norm,
-                                launch_stream(op.name, x)));
+      check_launch(op.name, with_weight<T>(w, [&](auto* wp) {
+        return k::cuda::residual_row_norm_backward<T>(in<T>(dy), in<T>(dh), in<T>(x), in<T>(r), wp, out<T>(dx),
+                                                      out<T>(dr), out<float>(dw), workspace.mutable_data_ptr(),
+                                                      s.rows, s.cols, norm, launch_stream(op.name, x));
+      }));
     });
     return {dx, dr, torch::stable::to(dw, w.scalar_type())};
   }

@@ -113,7 +113,9 @@ def _x_shape(spec: opforge_spec.OpSpec, x: torch.Tensor) -> None:
 
 
 def _weight(spec: opforge_spec.OpSpec, x: torch.Tensor, w: torch.Tensor) -> None:
-    _same_dtype(spec.name, "W", w, "X", x)
+    message = spec.w_dtype_error(_dtype_name(x.dtype), _dtype_name(w.dtype))  # X's, or float32 with a 16-bit X
+    if message is not None:
+        raise RuntimeError(message)
     cols = x.shape[-1]
     before, after = opforge_spec.WEIGHT_EXPECTED
     torch._check(w.dim() == 1 and w.shape[0] == cols, lambda: opforge_spec.error(
