@@ -2,7 +2,8 @@
 Gemma3 text model computed with the opforge ops, in place, for that model instance only.
 
 - every RMSNorm of the family -> opforge RMSNorm (:class:`RMSNorm`, holding HF's own ``weight``
-  Parameter; Gemma's ``x * (1 + w)`` with ``W = 1 + w`` computed in float32 at each call);
+  Parameter; Gemma's ``x * (1 + w)`` with ``W = 1 + w`` computed in float32 at each call and kept
+  in float32 beside a bfloat16/float16 X, as Gemma computes);
 - the gated MLP -> one GEMM into ``[gate | up]`` and opforge SwiGLU (``silu``) or GeGLU
   (``gelu_pytorch_tanh``) (:class:`GatedMLP`);
 - the residual add and the RMSNorm after it -> opforge AddRMSNorm, in each decoder layer: LLaMA,
@@ -25,6 +26,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+import opforge_spec
 
 from ._ops_generated import add_rms_norm as _add_rms_norm
 from ._ops_generated import geglu as _geglu
@@ -80,6 +83,10 @@ def _qualified(module: nn.Module) -> str:
     return f"{type(module).__module__}.{type(module).__qualname__}"
 
 
+def _takes_float32_weight(dtype: torch.dtype) -> bool:
+    return "float32" in opforge_spec.weight_dtypes(str(dtype).removeprefix("torch."))
+
+
 # ---- RMSNorm ---------------------------------------------------------------------------------
 class RMSNorm(nn.Module):
     """An HF RMSNorm computed by opforge RMSNorm. It holds the HF module's own ``weight`` Parameter
@@ -99,9 +106,13 @@ class RMSNorm(nn.Module):
         return cls(norm.weight, eps, family.plus_one, type(norm).__name__)
 
     def scale(self, dtype: torch.dtype) -> torch.Tensor:
-        """The op's W for an X of `dtype`."""
+        """The op's W for an X of `dtype`: Gemma's 1 + w stays float32 where the op takes a float32 W
+        (a 16-bit X: a mixed-dtype call, opforge_spec.weight_dtypes), as Gemma computes it;
+        rounded to bfloat16, it moved about a quarter of the norm's outputs."""
         weight = 1.0 + self.weight.float() if self.plus_one else self.weight
-        return weight if weight.dtype == dtype else weight.to(dtype)
+        if weight.dtype == dtype or (self.plus_one and _takes_float32_weight(dtype)):
+            return weight
+        return weight.to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _rms_norm(x, self.scale(x.dtype), self.eps)
