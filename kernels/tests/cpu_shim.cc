@@ -58,6 +58,7 @@ SHIM(k::bfloat16, bf16)
 #include "opforge/kernels/attrs.h"
 
 #include <cstring>
+#include <type_traits>
 
 // Writes attrs.h's verdict for (op, its attribute `index`, value) into `out`: "" when valid, else
 // the error text; "no such attribute" when the descriptors have none there.
@@ -73,13 +74,19 @@ extern "C" void attr_error(const char* op, int index, double value, char* out, s
 // Every op of the spec by its index in kOps (spec order), through its binding (cpu_ops.h): the
 // forward over all rows, with the op's attributes (`attrs`, nb_attrs of them). X, R and W in, Y and
 // H out (nullptr where the op has none); -1 for an index past the ops.
-template <class T>
-int op_forward(int op, const T* x, const T* r, const T* w, T* y, T* h, int64_t rows, int64_t cols,
+// TW: W's type, T or float beside a bfloat16 X (a mixed-dtype call: Forward::w_float32).
+template <class T, class TW = T>
+int op_forward(int op, const T* x, const T* r, const TW* w, T* y, T* h, int64_t rows, int64_t cols,
                const float* attrs) {
   if (op < 0 || op >= int(sizeof k::kOps / sizeof k::kOps[0])) return -1;
   k::AttrValues values;
   for (int32_t i = 0; i < k::kOps[op]->nb_attrs; ++i) values.v[i] = attrs[i];
-  cpu::Forward<T> args{x, w, y, cols, values};
+  cpu::Forward<T> args{x, nullptr, y, cols, values};
+  if constexpr (std::is_same_v<T, TW>) {
+    args.w = w;
+  } else {
+    args.w_float32 = w;
+  }
   args.r = r;
   args.h = h;
   int found = -1;
@@ -96,8 +103,8 @@ int op_forward(int op, const T* x, const T* r, const T* w, T* y, T* h, int64_t r
 // The backward of every op of a launcher family by its index in kOps: dX of a single-input op
 // (elementwise, gated), dX and dW (added into `dw`) of a row op, and dR (= dX) of a residual one;
 // dH is a residual op's second gradient. -1 for an op of another shape.
-template <class T>
-int op_backward(int op, const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr,
+template <class T, class TW = T>
+int op_backward(int op, const T* dy, const T* dh, const T* x, const T* r, const TW* w, T* dx, T* dr,
                 double* dw, int64_t rows, int64_t cols, const float* attrs) {
   if (op < 0 || op >= int(sizeof k::kOps / sizeof k::kOps[0])) return -1;
   k::AttrValues values;
@@ -143,3 +150,14 @@ int op_backward(int op, const T* dy, const T* dh, const T* x, const T* r, const 
 OP_SHIM(float, f32)
 OP_SHIM(double, f64)
 OP_SHIM(k::bfloat16, bf16)  // bfloat16 storage: the quantized op's test by descriptor (test_kernels.py)
+
+// A bfloat16 X with a float32 W (test_op_bindings.py: the mixed-dtype call is the float32 one).
+extern "C" int op_forward_bf16_wf32(int op, const k::bfloat16* x, const k::bfloat16* r, const float* w,
+                                    k::bfloat16* y, k::bfloat16* h, int64_t rows, int64_t cols, const float* attrs) {
+  return op_forward<k::bfloat16, float>(op, x, r, w, y, h, rows, cols, attrs);
+}
+extern "C" int op_backward_bf16_wf32(int op, const k::bfloat16* dy, const k::bfloat16* dh, const k::bfloat16* x,
+                                     const k::bfloat16* r, const float* w, k::bfloat16* dx, k::bfloat16* dr,
+                                     double* dw, int64_t rows, int64_t cols, const float* attrs) {
+  return op_backward<k::bfloat16, float>(op, dy, dh, x, r, w, dx, dr, dw, rows, cols, attrs);
+}

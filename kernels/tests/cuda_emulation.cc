@@ -133,7 +133,8 @@ using opforge_test::is_weighted;
 
 namespace {
 
-enum Dtype { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+// kFloat16W32, kBFloat16W32: that X with a float32 W (cuda_harness.py MIXED_DTYPES).
+enum Dtype { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kFloat16W32 = 3, kBFloat16W32 = 4 };
 constexpr int kBytesTouched = -100;
 constexpr size_t kGuard = 256;
 
@@ -184,10 +185,10 @@ struct Buffers {
   }
 };
 
-template <class T>
+template <class T, class TW = T>
 cudaError_t enqueue(int op, bool backward, int64_t rows, int64_t cols, float attr, void* const* in,
                     void* const* out, void* workspace) {
-  return opforge_test::launch_op<T>(op, backward, rows, cols, attr, in, out, workspace, nullptr);
+  return opforge_test::launch_op<T, TW>(op, backward, rows, cols, attr, in, out, workspace, nullptr);
 }
 
 }  // namespace
@@ -203,7 +204,8 @@ extern "C" int opforge_gpu_run(int op, int backward, int dtype, int64_t in_offse
   const int64_t ny = is_gated(op) && !backward ? rows * (cols / 2) : rows * cols;
   Buffers buffers;
   void* in[5] = {buffers.add(x, rows * cols, element, in_offset, false), nullptr, nullptr, nullptr, nullptr};
-  if (is_weighted(op)) in[1] = buffers.add(w, cols, element, in_offset, false);
+  const bool w32 = dtype == kFloat16W32 || dtype == kBFloat16W32;
+  if (is_weighted(op)) in[1] = buffers.add(w, cols, w32 ? 4 : element, in_offset, false);
   if (backward) in[2] = buffers.add(dy, is_gated(op) ? rows * (cols / 2) : rows * cols, element, in_offset, false);
   void* out[3] = {buffers.add(y, ny, element, out_offset, true), nullptr, nullptr};
   if (is_residual(op)) {  // R, H (dR backward), dH
@@ -224,6 +226,10 @@ extern "C" int opforge_gpu_run(int op, int backward, int dtype, int64_t in_offse
     case kFloat16: e = enqueue<__half>(op, backward, rows, cols, attr, in, out, workspace.data()); break;
     case kBFloat16:
       e = enqueue<__nv_bfloat16>(op, backward, rows, cols, attr, in, out, workspace.data());
+      break;
+    case kFloat16W32: e = enqueue<__half, float>(op, backward, rows, cols, attr, in, out, workspace.data()); break;
+    case kBFloat16W32:
+      e = enqueue<__nv_bfloat16, float>(op, backward, rows, cols, attr, in, out, workspace.data());
       break;
   }
   return e != cudaSuccess ? int(e) : buffers.finish(before);

@@ -10,6 +10,8 @@ import opforge_spec as spec
 
 OPS = {name: i for i, name in enumerate(spec.OPS)}  # the shims number the ops as kOps does (spec order)
 DTYPES = {"float32": (0, np.float32), "float16": (1, np.float16), "bfloat16": (2, np.uint16)}
+# A 16-bit X with a float32 W (a mixed-dtype call): the shims' codes beside DTYPES'.
+MIXED_DTYPES = {"float16": 3, "bfloat16": 4}
 I64 = ctypes.c_int64
 BYTES_TOUCHED, NO_MEMORY = -100, -101
 
@@ -49,13 +51,17 @@ class Kernels:
                                               ctypes.c_int, ctypes.c_void_p]
 
     def run(self, op: str, dtype: str, x, w=None, dy=None, attr=None, backward=False,
-            in_offset=0, out_offset=0, raw=False, r=None, dh=None):
+            in_offset=0, out_offset=0, raw=False, r=None, dh=None, w_float32=False):
         """Y (backward: dX, and dW for a weighted op) of X viewed as [rows, last dim]; an op with a
-        residual R (dH backward) gives (Y, H) (backward: (dX, dW, dR))."""
+        residual R (dH backward) gives (Y, H) (backward: (dX, dW, dR)). w_float32: W stays float32
+        beside a 16-bit X (MIXED_DTYPES)."""
         x = np.asarray(x, np.float64)
         cols = x.shape[-1] if x.ndim else 1
         rows = x.size // cols if cols else 0
         stored = [to_storage(dtype, a) if a is not None else None for a in (x, w, dy, r, dh)]
+        if w_float32 and w is not None:
+            stored[1] = to_storage("float32", w)
+        code = MIXED_DTYPES[dtype] if w_float32 else DTYPES[dtype][0]
         y_shape = x.shape if backward else spec.output_shape(spec.OPS[op], x.shape)
         y = np.empty(y_shape, stored[0].dtype)
         h = np.empty(x.shape, stored[0].dtype) if r is not None else None
@@ -63,7 +69,7 @@ class Kernels:
         defaults = [a.default for a in spec.OPS[op].attributes.values()]
         attr = (defaults[0] if defaults else 0.0) if attr is None else attr
         x_, w_, dy_, r_, dh_ = map(ptr, stored)
-        status = self.lib.opforge_gpu_run(OPS[op], int(backward), DTYPES[dtype][0], in_offset,
+        status = self.lib.opforge_gpu_run(OPS[op], int(backward), code, in_offset,
                                           out_offset, rows, cols, attr, x_, w_, dy_, ptr(y),
                                           ptr(dw), r_, dh_, ptr(h))
         assert status != BYTES_TOUCHED, f"{op}: a byte outside its output (or of an input) changed"

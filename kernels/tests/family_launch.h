@@ -30,14 +30,15 @@ inline k::AttrValues attr_values(const k::OpDesc& op, float attr) {
 
 // in: X, W, dY, R, dH; out: Y (backward dX), dW, H (backward dR); the ones an op lacks unused.
 // Backward of a weighted op: dX and dW (float32) through `workspace` (row_norm_backward_workspace_size).
-template <class T>
+// TW: W's type (T, or float beside a 16-bit X: a mixed-dtype call).
+template <class T, class TW = T>
 cudaError_t launch_op(int op, bool backward, int64_t rows, int64_t cols, float attr, void* const* in,
                       void* const* out, void* workspace, cudaStream_t s) {
   if (!valid_op(op)) return cudaErrorInvalidValue;
   const k::OpDesc& desc = op_of(op);
   const k::AttrValues values = attr_values(desc, attr);
   const T* a = static_cast<const T*>(in[0]);
-  const T* w = static_cast<const T*>(in[1]);
+  const TW* w = static_cast<const TW*>(in[1]);
   const T* dy = static_cast<const T*>(in[2]);
   const T* r = static_cast<const T*>(in[3]);
   const T* dh = static_cast<const T*>(in[4]);

@@ -71,6 +71,44 @@ def check_launch_paths(kernels, op, dtype, view, max_elements=None):
         op.check_close(got, op.reference(*inputs), dtype, inputs, shape_id(shape))
 
 
+
+# ---- a float32 W beside a 16-bit X (a mixed-dtype call) ---------------------------------------
+
+def float32_weight_inputs(op, shape, dtype, seed=0) -> dict:
+    """X (and R) in `dtype`, W float32 values that `dtype` cannot hold (uniform in [0.5, 1.5])."""
+    rng = np.random.default_rng(seed)
+    inputs = {"x": spec.round_to(dtype, rng.standard_normal(shape)),
+              "w": spec.round_to("float32", rng.uniform(0.5, 1.5, shape[-1]))}
+    if "R" in op.inputs:
+        inputs["r"] = spec.round_to(dtype, rng.standard_normal(shape))
+    return inputs
+
+
+def first_output(values):
+    return values[0] if isinstance(values, tuple) else values
+
+
+def check_float32_weight(kernels, op, dtype, max_elements=None):
+    """Y of a mixed call is the float64 reference with W as given, rounded to X's dtype: equal for
+    nearly every element (the float32 row sums may round a few apart), where W rounded to X's
+    dtype first (what a layer that cast W would compute) is off for many more."""
+    for shape in shapes(op, max_elements):
+        inputs = float32_weight_inputs(op, shape, dtype)
+        x, w, r = inputs["x"], inputs["w"], inputs.get("r")
+        args = (x, w) if r is None else (x, r, w)
+        if r is not None:  # the kernels normalize H rounded to X's dtype
+            args = (spec.round_to(dtype, x + r), np.zeros_like(x), w)
+        want = spec.round_to(dtype, first_output(op.reference(*args)))
+        got = first_output(kernels.run(op.name, dtype, **inputs, w_float32=True))
+        label = f"opforge.{op.name} {shape_id(shape)} {dtype} X, float32 W"
+        errors = spec.measure(got, first_output(op.reference(*args)), dtype, *op.tolerance(dtype))
+        assert errors.mismatched == 0, f"{label}: {errors.mismatched} element(s) beyond the tolerance"
+        same = np.mean(got == want)
+        assert same >= 0.98, f"{label}: {same:.1%} of Y equal the float32-W reference"
+        if x.size >= 1024:  # enough elements for the rounded-W contrast to show
+            cast = spec.round_to(dtype, first_output(op.reference(*args[:-1], spec.round_to(dtype, w))))
+            assert np.mean(cast == want) < same, f"{label}: rounding W to {dtype} would not show here"
+
 # ---- backward: float64 references of the gradients ---------------------------------------
 
 def sigmoid(t):

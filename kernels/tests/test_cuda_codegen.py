@@ -16,6 +16,8 @@ HERE = Path(__file__).parent
 ARCH = "90"
 OLDEST_SHIPPED_ARCH = 75
 DTYPES = {"float": 4, "__half": 2, "__nv_bfloat16": 2}
+# W's types beside each X type: X's, and float beside a 16-bit X (a mixed-dtype call)
+WEIGHT_TYPES = {"float": ("float",), "__half": ("__half", "float"), "__nv_bfloat16": ("__nv_bfloat16", "float")}
 ROW_KERNELS = ("row_norm_forward_kernel", "row_norm_backward_kernel")
 GATED_KERNELS = ("gated_forward_kernel", "gated_backward_kernel")
 NS = "opforge::kernels::"
@@ -36,8 +38,8 @@ def op_kernels(dtype: str, v: int) -> list:
     names += [f"{k}<{dtype}, {v}, {NS}{op.name}Math<{NS}Sigmoid> >"  # c++filt: "> >"
               for k in GATED_KERNELS for op in family("gated")]
     for residual, ops in (("false", family("row_norm")), ("true", family("residual_row_norm"))):
-        names += [f"{k}<{dtype}, {v}, {cached}, {residual}, {NS}{op.name}Math>"
-                  for k in ROW_KERNELS for op in ops for cached in ("true", "false")]
+        names += [f"{k}<{dtype}, {w}, {v}, {cached}, {residual}, {NS}{op.name}Math>"
+                  for k in ROW_KERNELS for op in ops for cached in ("true", "false") for w in WEIGHT_TYPES[dtype]]
     return names
 
 
@@ -146,7 +148,7 @@ def expected_kernels():
 
 def widest(name: str) -> bool:
     """The instance whose packet is 16 bytes."""
-    dtype, vec = re.search(r"<([\w:]+), (\d+)", name).groups()
+    dtype, vec = re.search(r"<([\w:]+), (?:[\w:]+, )?(\d+)", name).groups()
     return DTYPES[dtype] * int(vec) == 16
 
 

@@ -76,3 +76,12 @@ def test_backward_matches_the_float64_gradient(emulated, op, dtype, view):
 
 def test_rms_norm_backward_of_no_rows_gives_zero_dw(emulated):
     checks.check_rms_norm_backward_of_no_rows(emulated)
+
+
+WEIGHTED = [op for op in OPS if "W" in op.inputs]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", WEIGHTED, ids=[op.name for op in WEIGHTED])
+def test_float32_weight_beside_a_16_bit_x(emulated, op, dtype):
+    checks.check_float32_weight(emulated, op, dtype, MAX_ELEMENTS)

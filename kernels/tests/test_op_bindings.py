@@ -122,3 +122,101 @@ def test_an_index_past_the_ops_is_refused(shim):
     status = shim.op_forward_f32(ctypes.c_int(len(spec.OPS)), ptr(x), None, None, ptr(x), None,
                                  ctypes.c_int64(4), ctypes.c_int64(1), ptr(np.zeros(1, np.float32)))
     assert status == -1
+
+
+# ---- a bfloat16 X with a float32 W (shapes.h weight_dtype_ok): the float32 computation ----------
+
+NUMPY_STORAGE = {"bfloat16": np.uint16, "float32": np.float32, "int8": np.int8, "float8_e4m3fn": np.uint8}
+
+
+def to_bfloat16_bits(values) -> np.ndarray:
+    """bfloat16 bits of float32 values, round to nearest even (no NaN in the cases used here)."""
+    u = np.asarray(values, np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bfloat16_bits(bits) -> np.ndarray:
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def weighted_ops():
+    return [pytest.param(op, id=op.name) for op in spec.OPS.values() if "W" in op.inputs]
+
+
+def run_forward_as(shim, op, x_dtype: str, suffix: str, arrays: dict, attrs: dict) -> list:
+    """Every output of the op's binding (shim entry op_forward_<suffix>), each in its own dtype
+    (bfloat16 as bits), for contiguous arrays already in their storage."""
+    x = arrays["X"]
+    outputs = [np.zeros(op.output_shape_of(name, x.shape), NUMPY_STORAGE[op.output_dtype(name, x_dtype, attrs)])
+               for name in op.outputs]
+    values = {**op.defaults(), **attrs}
+    attr_array = np.array([values[name] for name in op.attributes] or [0.0], np.float32)
+    status = getattr(shim, f"op_forward_{suffix}")(
+        ctypes.c_int(list(spec.OPS).index(op.name)), ptr(x), ptr(arrays.get("R")), ptr(arrays["W"]),
+        ptr(outputs[0]), ptr(outputs[1] if len(outputs) > 1 else None),
+        ctypes.c_int64(int(np.prod(x.shape[:-1]))), ctypes.c_int64(x.shape[-1]), ptr(attr_array))
+    assert status == 0
+    return outputs
+
+
+def float32_twin(op, x32: np.ndarray, r32) -> dict:
+    """The float32 call a mixed one must equal: a residual op's H rounded to bfloat16 first (its
+    kernels round H to X's dtype before normalizing it), R then zero."""
+    if r32 is None:
+        return {"X": x32}
+    h = from_bfloat16_bits(to_bfloat16_bits(x32 + r32))
+    return {"X": h, "R": np.zeros_like(h)}
+
+
+@pytest.mark.parametrize("op", weighted_ops())
+def test_bfloat16_x_with_float32_w_is_the_float32_computation(shim, op):
+    """A mixed call reads W as given and computes in float32: its outputs are the float32 call's
+    on the same values, rounded to bfloat16 where they are X's dtype (bit for bit)."""
+    checked = 0
+    for case in op.cases("float32"):
+        named = dict(zip(op.inputs, case.inputs))
+        if np.asarray(named["X"]).ndim == 0 or not np.isfinite(np.asarray(named["X"], np.float32)).all():
+            continue
+        x_bits = to_bfloat16_bits(named["X"])
+        r_bits = to_bfloat16_bits(named["R"]) if "R" in named else None
+        w = np.ascontiguousarray(named["W"], np.float32)
+        mixed = run_forward_as(shim, op, "bfloat16", "bf16_wf32",
+                               {"X": x_bits, "R": r_bits, "W": w}, case.attrs)
+        twin = float32_twin(op, from_bfloat16_bits(x_bits), None if r_bits is None else from_bfloat16_bits(r_bits))
+        want = run_forward_as(shim, op, "float32", "f32", {**twin, "W": w}, case.attrs)
+        for name, got, expected in zip(op.outputs, mixed, want):
+            if got.dtype == np.uint16:  # X's dtype: the float32 value rounded to bfloat16
+                got, expected = from_bfloat16_bits(got), from_bfloat16_bits(to_bfloat16_bits(expected))
+            np.testing.assert_array_equal(got, expected, err_msg=f"opforge.{op.name} {case.name} {name}")
+        checked += 1
+    assert checked >= 5, f"opforge.{op.name}: only {checked} finite cases"
+
+
+@pytest.mark.parametrize("op", [p for p in weighted_ops() if p.values[0].has_gradient])
+def test_bfloat16_x_with_float32_w_backward_is_the_float32_one(shim, op):
+    """dX (bfloat16) and dW (accumulated in float64 here) of a mixed call: the float32 call's."""
+    rng = np.random.default_rng(7)
+    x_bits = to_bfloat16_bits(rng.standard_normal((6, 40)))
+    dy_bits = to_bfloat16_bits(rng.standard_normal((6, 40)))
+    w = rng.uniform(0.5, 1.5, 40).astype(np.float32)
+    residual = "R" in op.inputs
+    zeros = np.zeros_like(x_bits)
+    got = backward_as(shim, op, "bf16_wf32", x_bits, zeros if residual else None, w, dy_bits,
+                      zeros if residual else None)
+    x32, dy32 = from_bfloat16_bits(x_bits), from_bfloat16_bits(dy_bits)
+    want = backward_as(shim, op, "f32", x32, np.zeros_like(x32) if residual else None, w, dy32,
+                       np.zeros_like(x32) if residual else None)
+    np.testing.assert_array_equal(from_bfloat16_bits(got[0]), from_bfloat16_bits(to_bfloat16_bits(want[0])),
+                                  err_msg=f"opforge.{op.name} dX")
+    np.testing.assert_array_equal(got[1], want[1], err_msg=f"opforge.{op.name} dW")
+
+
+def backward_as(shim, op, suffix: str, x, r, w, dy, dh) -> tuple:
+    dx, dr = np.empty_like(x), (np.empty_like(x) if r is not None else None)
+    dw = np.zeros(x.shape[-1], np.float64)
+    attrs = np.array(list(op.defaults().values()) or [0.0], np.float32)
+    status = getattr(shim, f"op_backward_{suffix}")(
+        ctypes.c_int(list(spec.OPS).index(op.name)), ptr(dy), ptr(dh), ptr(x), ptr(r), ptr(w), ptr(dx), ptr(dr),
+        ptr(dw), ctypes.c_int64(x.shape[0]), ctypes.c_int64(x.shape[-1]), ptr(attrs))
+    assert status == 0
+    return dx, dw

@@ -21,7 +21,8 @@ using opforge_test::is_weighted;
 
 namespace {
 
-enum Dtype { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+// kFloat16W32, kBFloat16W32: that X with a float32 W (cuda_harness.py MIXED_DTYPES).
+enum Dtype { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kFloat16W32 = 3, kBFloat16W32 = 4 };
 // Besides CUDA's own error codes (positive):
 constexpr int kBytesTouched = -100;  // a byte outside an output, or of an input, changed
 constexpr int kNoMemory = -101;      // not enough free device memory for the test
@@ -139,10 +140,10 @@ struct Shape {
 };
 
 // Enqueues op's forward (backward: dX, and dW for a weighted op) on `s` (family_launch.h).
-template <class T>
+template <class T, class TW = T>
 cudaError_t enqueue(int op, bool backward, Shape x, float attr, void* const* in, void* const* out,
                     void* workspace, cudaStream_t s) {
-  return opforge_test::launch_op<T>(op, backward, x.rows, x.cols, attr, in, out, workspace, s);
+  return opforge_test::launch_op<T, TW>(op, backward, x.rows, x.cols, attr, in, out, workspace, s);
 }
 
 size_t element_size(int dtype) { return dtype == kFloat32 ? 4 : 2; }
@@ -153,6 +154,8 @@ cudaError_t enqueue_as(int dtype, int op, bool backward, Shape x, float attr, vo
     case kFloat32: return enqueue<float>(op, backward, x, attr, in, out, workspace, s);
     case kFloat16: return enqueue<__half>(op, backward, x, attr, in, out, workspace, s);
     case kBFloat16: return enqueue<__nv_bfloat16>(op, backward, x, attr, in, out, workspace, s);
+    case kFloat16W32: return enqueue<__half, float>(op, backward, x, attr, in, out, workspace, s);
+    case kBFloat16W32: return enqueue<__nv_bfloat16, float>(op, backward, x, attr, in, out, workspace, s);
   }
   return cudaErrorInvalidValue;
 }
@@ -183,7 +186,8 @@ Tensors place(Launch& run, int dtype, int op, bool backward, Shape x, const Host
   const size_t size = element_size(dtype);
   Tensors t;
   t.in[0] = run.input(host.x, x.rows * x.cols, size, in_offset);
-  if (is_weighted(op)) t.in[1] = run.input(host.w, x.cols, size, in_offset);
+  const bool w32 = dtype == kFloat16W32 || dtype == kBFloat16W32;
+  if (is_weighted(op)) t.in[1] = run.input(host.w, x.cols, w32 ? 4 : size, in_offset);
   if (backward) {
     const int64_t ndy = is_gated(op) ? x.rows * (x.cols / 2) : x.rows * x.cols;
     t.in[2] = run.input(host.dy, ndy, size, in_offset);

@@ -39,6 +39,15 @@ def test_rms_norm_backward_of_no_rows_gives_zero_dw(gpu):
     checks.check_rms_norm_backward_of_no_rows(gpu)
 
 
+WEIGHTED = [op for op in OPS if "W" in op.inputs]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", WEIGHTED, ids=[op.name for op in WEIGHTED])
+def test_float32_weight_beside_a_16_bit_x(gpu, op, dtype):
+    checks.check_float32_weight(gpu, op, dtype)
+
+
 @pytest.mark.parametrize("dtype", checks.DTYPES)
 @pytest.mark.parametrize("shape", [(4099, 1031), (2048, 4096), (64, 20_000), (3, 8)],
                          ids=checks.shape_id)

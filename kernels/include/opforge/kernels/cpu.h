@@ -143,8 +143,8 @@ OPFORGE_ALWAYS_INLINE double sum_squares(const T* x, int64_t cols) {
   return total;
 }
 
-template <class T>
-OPFORGE_ALWAYS_INLINE double dot_gw_x(const T* dy, const T* w, const T* x, int64_t cols) {
+template <class T, class TW>
+OPFORGE_ALWAYS_INLINE double dot_gw_x(const T* dy, const TW* w, const T* x, int64_t cols) {
   double lanes[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= cols; j += kLanes) {
@@ -263,9 +263,10 @@ OPFORGE_ALWAYS_INLINE void gated_backward_rows(const T* dy, const T* x, T* dx, i
 template <class T>
 using compute_t = decltype(load(T{}));
 
-// A row_norm op (its functor `norm`: Y = X * norm.inverse(mean(X^2)) * W per row).
-template <class T, class Norm>
-OPFORGE_ALWAYS_INLINE void row_norm_forward_rows(const T* x, const T* w, T* y, int64_t row_begin,
+// A row_norm op (its functor `norm`: Y = X * norm.inverse(mean(X^2)) * W per row). W is T, or
+// float with a bfloat16 X (a mixed-dtype call: the row is computed in float either way).
+template <class T, class TW, class Norm>
+OPFORGE_ALWAYS_INLINE void row_norm_forward_rows(const T* x, const TW* w, T* y, int64_t row_begin,
                                                  int64_t row_end, int64_t cols, const Norm& norm) {
   using C = compute_t<T>;
   for (int64_t row = row_begin; row < row_end; ++row) {
@@ -276,8 +277,8 @@ OPFORGE_ALWAYS_INLINE void row_norm_forward_rows(const T* x, const T* w, T* y, i
   }
 }
 
-template <class T, class Acc, class Norm>
-OPFORGE_ALWAYS_INLINE void row_norm_backward_rows(const T* dy, const T* x, const T* w, T* dx,
+template <class T, class TW, class Acc, class Norm>
+OPFORGE_ALWAYS_INLINE void row_norm_backward_rows(const T* dy, const T* x, const TW* w, T* dx,
                                                   Acc* dw_acc, int64_t row_begin, int64_t row_end,
                                                   int64_t cols, const Norm& norm) {
   using C = compute_t<T>;
@@ -299,8 +300,8 @@ OPFORGE_ALWAYS_INLINE void row_norm_backward_rows(const T* dy, const T* x, const
 
 // H = X + R rounded to T, then RMSNorm of that H (the H the caller gets), row by row: H's row is
 // still in the cache when it is normalized.
-template <class T, class Norm>
-OPFORGE_ALWAYS_INLINE void residual_row_norm_forward_rows(const T* x, const T* r, const T* w, T* y, T* h,
+template <class T, class TW, class Norm>
+OPFORGE_ALWAYS_INLINE void residual_row_norm_forward_rows(const T* x, const T* r, const TW* w, T* y, T* h,
                                                           int64_t row_begin, int64_t row_end, int64_t cols,
                                                           const Norm& norm) {
   for (int64_t row = row_begin; row < row_end; ++row) {
@@ -311,9 +312,9 @@ OPFORGE_ALWAYS_INLINE void residual_row_norm_forward_rows(const T* x, const T* r
 }
 
 // dX = dR = RMSNorm's dX at H, plus dH; dW as RMSNorm's at H. dR's row holds H until it is read.
-template <class T, class Acc, class Norm>
+template <class T, class TW, class Acc, class Norm>
 OPFORGE_ALWAYS_INLINE void residual_row_norm_backward_rows(const T* dy, const T* dh, const T* x, const T* r,
-                                                           const T* w, T* dx, T* dr, Acc* dw_acc,
+                                                           const TW* w, T* dx, T* dr, Acc* dw_acc,
                                                            int64_t row_begin, int64_t row_end, int64_t cols,
                                                            const Norm& norm) {
   using C = compute_t<T>;
@@ -338,7 +339,7 @@ OPFORGE_ALWAYS_INLINE void residual_row_norm_backward_rows(const T* dy, const T*
 // One non-template, multi-versioned entry per op and storage type (target_clones needs a plain
 // function), for every op of each launcher family (the lists OPFORGE_FOR_EACH_<FAMILY>_OP are
 // generated from the spec: ops_generated.h); MATH is the op's functor (math.h: <Name>Math).
-#define OPFORGE_DEFINE_ELEMENTWISE_ENTRIES(NAME, MATH, T, SUFFIX)                                   \
+#define OPFORGE_DEFINE_ELEMENTWISE_ENTRIES(NAME, MATH, T, SUFFIX)                                 \
   OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, T* y, int64_t n, MATH fn) {          \
     elementwise_forward_loop(x, y, n, fn);                                                        \
   }                                                                                               \
@@ -352,44 +353,44 @@ OPFORGE_ALWAYS_INLINE void residual_row_norm_backward_rows(const T* dy, const T*
 
 // A gated op's entries: the shared gated rows with its gate on the CPU's sigmoid.
 #define OPFORGE_DEFINE_GATED_ENTRIES(NAME, MATH, T, SUFFIX)                                       \
-  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, T* y, int64_t r0, int64_t r1,      \
+  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, T* y, int64_t r0, int64_t r1,        \
                                                  int64_t d, MATH gate) {                          \
     gated_forward_rows(x, y, r0, r1, d, gate);                                                    \
   }                                                                                               \
-  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t r0,   \
+  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, T* dx, int64_t r0,     \
                                                   int64_t r1, int64_t d, MATH gate) {             \
     gated_backward_rows(dy, x, dx, r0, r1, d, gate);                                              \
   }
 
-#define OPFORGE_DEFINE_ROW_NORM_ENTRIES(NAME, MATH, T, SUFFIX)                                    \
-  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, const T* w, T* y, int64_t r0,       \
+#define OPFORGE_DEFINE_ROW_NORM_ENTRIES(NAME, MATH, T, TW, SUFFIX)                                \
+  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, const TW* w, T* y, int64_t r0,       \
                                                  int64_t r1, int64_t cols, MATH norm) {           \
     row_norm_forward_rows(x, w, y, r0, r1, cols, norm);                                           \
   }                                                                                               \
-  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, const T* w, T* dx,    \
-                                                  float* dw, int64_t r0, int64_t r1, int64_t cols, \
+  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, const TW* w, T* dx,    \
+                                                  float* dw, int64_t r0, int64_t r1, int64_t cols,\
                                                   MATH norm) {                                    \
     row_norm_backward_rows(dy, x, w, dx, dw, r0, r1, cols, norm);                                 \
   }                                                                                               \
-  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, const T* w, T* dx,    \
+  OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(const T* dy, const T* x, const TW* w, T* dx,    \
                                                   double* dw, int64_t r0, int64_t r1,             \
                                                   int64_t cols, MATH norm) {                      \
     row_norm_backward_rows(dy, x, w, dx, dw, r0, r1, cols, norm);                                 \
   }
 
-#define OPFORGE_DEFINE_RESIDUAL_ROW_NORM_ENTRIES(NAME, MATH, T, SUFFIX)                           \
-  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, const T* r, const T* w, T* y, T* h, \
+#define OPFORGE_DEFINE_RESIDUAL_ROW_NORM_ENTRIES(NAME, MATH, T, TW, SUFFIX)                       \
+  OPFORGE_CPU_ENTRY void NAME##_forward_##SUFFIX(const T* x, const T* r, const TW* w, T* y, T* h, \
                                                  int64_t r0, int64_t r1, int64_t cols,            \
                                                  MATH norm) {                                     \
     residual_row_norm_forward_rows(x, r, w, y, h, r0, r1, cols, norm);                            \
   }                                                                                               \
   OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(                                                \
-      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, float* dw,      \
+      const T* dy, const T* dh, const T* x, const T* r, const TW* w, T* dx, T* dr, float* dw,     \
       int64_t r0, int64_t r1, int64_t cols, MATH norm) {                                          \
     residual_row_norm_backward_rows(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);             \
   }                                                                                               \
   OPFORGE_CPU_ENTRY void NAME##_backward_##SUFFIX(                                                \
-      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, double* dw,     \
+      const T* dy, const T* dh, const T* x, const T* r, const TW* w, T* dx, T* dr, double* dw,    \
       int64_t r0, int64_t r1, int64_t cols, MATH norm) {                                          \
     residual_row_norm_backward_rows(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);             \
   }
@@ -400,14 +401,22 @@ OPFORGE_ALWAYS_INLINE void residual_row_norm_backward_rows(const T* dy, const T*
   EACH(NAME, MATH, bfloat16, bf16)                  \
   EACH(NAME, MATH, double, f64)
 
+// The row norms' (X's storage type, W's): W of X's type, or float with a bfloat16 X (shapes.h
+// weight_dtype_ok).
+#define OPFORGE_FOR_EACH_CPU_WEIGHTED_TYPE(EACH, NAME, MATH)                                       \
+  EACH(NAME, MATH, float, float, f32)                                                              \
+  EACH(NAME, MATH, bfloat16, bfloat16, bf16)                                                       \
+  EACH(NAME, MATH, double, double, f64)                                                            \
+  EACH(NAME, MATH, bfloat16, float, bf16_wf32)
+
 #define OPFORGE_ELEMENTWISE_ENTRIES(Name, name) \
   OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_DEFINE_ELEMENTWISE_ENTRIES, name, Name##Math<FastSigmoid>)
 #define OPFORGE_GATED_ENTRIES(Name, name) \
   OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_DEFINE_GATED_ENTRIES, name, Name##Math<FastSigmoid>)
 #define OPFORGE_ROW_NORM_ENTRIES(Name, name) \
-  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_DEFINE_ROW_NORM_ENTRIES, name, Name##Math)
+  OPFORGE_FOR_EACH_CPU_WEIGHTED_TYPE(OPFORGE_DEFINE_ROW_NORM_ENTRIES, name, Name##Math)
 #define OPFORGE_RESIDUAL_ROW_NORM_ENTRIES(Name, name) \
-  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_DEFINE_RESIDUAL_ROW_NORM_ENTRIES, name, Name##Math)
+  OPFORGE_FOR_EACH_CPU_WEIGHTED_TYPE(OPFORGE_DEFINE_RESIDUAL_ROW_NORM_ENTRIES, name, Name##Math)
 
 #if defined(__clang__)
 #pragma clang diagnostic push
@@ -465,25 +474,26 @@ template <class T, class Gate>
 void gated_backward(const T* dy, const T* x, T* dx, int64_t row_begin, int64_t row_end, int64_t d,
                     const Gate& gate);
 
-// Row norms: Y = X * norm.inverse(mean(X^2)) * W; the backward adds the rows' dW into dw_acc.
-template <class T, class Norm>
-void row_norm_forward(const T* x, const T* w, T* y, int64_t row_begin, int64_t row_end, int64_t cols,
+// Row norms: Y = X * norm.inverse(mean(X^2)) * W; the backward adds the rows' dW into dw_acc. W
+// is T, or float with a bfloat16 X (OPFORGE_FOR_EACH_CPU_WEIGHTED_TYPE).
+template <class T, class TW, class Norm>
+void row_norm_forward(const T* x, const TW* w, T* y, int64_t row_begin, int64_t row_end, int64_t cols,
                       const Norm& norm);
-template <class T, class Acc, class Norm>
-void row_norm_backward(const T* dy, const T* x, const T* w, T* dx, Acc* dw_acc, int64_t row_begin,
+template <class T, class TW, class Acc, class Norm>
+void row_norm_backward(const T* dy, const T* x, const TW* w, T* dx, Acc* dw_acc, int64_t row_begin,
                        int64_t row_end, int64_t cols, const Norm& norm);
 
 // Residual row norms: H = norm.sum(X, R) (rounded to T) and Y = the row norm of H; the backward
 // gives dX and dR (the same values) and adds the rows' dW into dw_acc.
-template <class T, class Norm>
-void residual_row_norm_forward(const T* x, const T* r, const T* w, T* y, T* h, int64_t row_begin,
+template <class T, class TW, class Norm>
+void residual_row_norm_forward(const T* x, const T* r, const TW* w, T* y, T* h, int64_t row_begin,
                                int64_t row_end, int64_t cols, const Norm& norm);
-template <class T, class Acc, class Norm>
-void residual_row_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx,
+template <class T, class TW, class Acc, class Norm>
+void residual_row_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const TW* w, T* dx,
                                 T* dr, Acc* dw_acc, int64_t row_begin, int64_t row_end, int64_t cols,
                                 const Norm& norm);
 
-#define OPFORGE_BIND_ELEMENTWISE_ENTRIES(NAME, MATH, T, SUFFIX)                                   \
+#define OPFORGE_BIND_ELEMENTWISE_ENTRIES(NAME, MATH, T, SUFFIX)                                    \
   template <>                                                                                      \
   inline void elementwise_forward<T, MATH>(const T* x, T* y, int64_t n, const MATH& fn) {          \
     detail::NAME##_forward_##SUFFIX(x, y, n, fn);                                                  \
@@ -498,7 +508,7 @@ void residual_row_norm_backward(const T* dy, const T* dh, const T* x, const T* r
     detail::NAME##_backward_##SUFFIX(dy, x, dx, n, fn);                                            \
   }
 
-#define OPFORGE_BIND_GATED_ENTRIES(NAME, MATH, T, SUFFIX)                                         \
+#define OPFORGE_BIND_GATED_ENTRIES(NAME, MATH, T, SUFFIX)                                          \
   template <>                                                                                      \
   inline void gated_forward<T, MATH>(const T* x, T* y, int64_t r0, int64_t r1, int64_t d,          \
                                      const MATH& gate) {                                           \
@@ -510,43 +520,43 @@ void residual_row_norm_backward(const T* dy, const T* dh, const T* x, const T* r
     detail::NAME##_backward_##SUFFIX(dy, x, dx, r0, r1, d, gate);                                  \
   }
 
-#define OPFORGE_BIND_ROW_NORM_ENTRIES(NAME, MATH, T, SUFFIX)                                      \
+#define OPFORGE_BIND_ROW_NORM_ENTRIES(NAME, MATH, T, TW, SUFFIX)                                   \
   template <>                                                                                      \
-  inline void row_norm_forward<T, MATH>(const T* x, const T* w, T* y, int64_t r0, int64_t r1,      \
+  inline void row_norm_forward<T, TW, MATH>(const T* x, const TW* w, T* y, int64_t r0, int64_t r1, \
                                         int64_t cols, const MATH& norm) {                          \
     detail::NAME##_forward_##SUFFIX(x, w, y, r0, r1, cols, norm);                                  \
   }                                                                                                \
   template <>                                                                                      \
-  inline void row_norm_backward<T, float, MATH>(const T* dy, const T* x, const T* w, T* dx,        \
+  inline void row_norm_backward<T, TW, float, MATH>(const T* dy, const T* x, const TW* w, T* dx,   \
                                                 float* dw, int64_t r0, int64_t r1, int64_t cols,   \
                                                 const MATH& norm) {                                \
     detail::NAME##_backward_##SUFFIX(dy, x, w, dx, dw, r0, r1, cols, norm);                        \
   }                                                                                                \
   template <>                                                                                      \
-  inline void row_norm_backward<T, double, MATH>(const T* dy, const T* x, const T* w, T* dx,       \
+  inline void row_norm_backward<T, TW, double, MATH>(const T* dy, const T* x, const TW* w, T* dx,  \
                                                  double* dw, int64_t r0, int64_t r1, int64_t cols, \
                                                  const MATH& norm) {                               \
     detail::NAME##_backward_##SUFFIX(dy, x, w, dx, dw, r0, r1, cols, norm);                        \
   }
 
-#define OPFORGE_BIND_RESIDUAL_ROW_NORM_ENTRIES(NAME, MATH, T, SUFFIX)                             \
-  template <>                                                                                      \
-  inline void residual_row_norm_forward<T, MATH>(const T* x, const T* r, const T* w, T* y, T* h,   \
-                                                 int64_t r0, int64_t r1, int64_t cols,             \
-                                                 const MATH& norm) {                               \
-    detail::NAME##_forward_##SUFFIX(x, r, w, y, h, r0, r1, cols, norm);                            \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void residual_row_norm_backward<T, float, MATH>(                                          \
-      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, float* dw,       \
-      int64_t r0, int64_t r1, int64_t cols, const MATH& norm) {                                    \
-    detail::NAME##_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);             \
-  }                                                                                                \
-  template <>                                                                                      \
-  inline void residual_row_norm_backward<T, double, MATH>(                                         \
-      const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr, double* dw,      \
-      int64_t r0, int64_t r1, int64_t cols, const MATH& norm) {                                    \
-    detail::NAME##_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);             \
+#define OPFORGE_BIND_RESIDUAL_ROW_NORM_ENTRIES(NAME, MATH, T, TW, SUFFIX)                             \
+  template <>                                                                                         \
+  inline void residual_row_norm_forward<T, TW, MATH>(const T* x, const T* r, const TW* w, T* y, T* h, \
+                                                 int64_t r0, int64_t r1, int64_t cols,                \
+                                                 const MATH& norm) {                                  \
+    detail::NAME##_forward_##SUFFIX(x, r, w, y, h, r0, r1, cols, norm);                               \
+  }                                                                                                   \
+  template <>                                                                                         \
+  inline void residual_row_norm_backward<T, TW, float, MATH>(                                         \
+      const T* dy, const T* dh, const T* x, const T* r, const TW* w, T* dx, T* dr, float* dw,         \
+      int64_t r0, int64_t r1, int64_t cols, const MATH& norm) {                                       \
+    detail::NAME##_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);                \
+  }                                                                                                   \
+  template <>                                                                                         \
+  inline void residual_row_norm_backward<T, TW, double, MATH>(                                        \
+      const T* dy, const T* dh, const T* x, const T* r, const TW* w, T* dx, T* dr, double* dw,        \
+      int64_t r0, int64_t r1, int64_t cols, const MATH& norm) {                                       \
+    detail::NAME##_backward_##SUFFIX(dy, dh, x, r, w, dx, dr, dw, r0, r1, cols, norm);                \
   }
 
 #define OPFORGE_ELEMENTWISE_BINDINGS(Name, name) \
@@ -554,9 +564,9 @@ void residual_row_norm_backward(const T* dy, const T* dh, const T* x, const T* r
 #define OPFORGE_GATED_BINDINGS(Name, name) \
   OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_BIND_GATED_ENTRIES, name, CpuMath<Name##Math>)
 #define OPFORGE_ROW_NORM_BINDINGS(Name, name) \
-  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_BIND_ROW_NORM_ENTRIES, name, Name##Math)
+  OPFORGE_FOR_EACH_CPU_WEIGHTED_TYPE(OPFORGE_BIND_ROW_NORM_ENTRIES, name, Name##Math)
 #define OPFORGE_RESIDUAL_ROW_NORM_BINDINGS(Name, name) \
-  OPFORGE_FOR_EACH_CPU_TYPE(OPFORGE_BIND_RESIDUAL_ROW_NORM_ENTRIES, name, Name##Math)
+  OPFORGE_FOR_EACH_CPU_WEIGHTED_TYPE(OPFORGE_BIND_RESIDUAL_ROW_NORM_ENTRIES, name, Name##Math)
 
 OPFORGE_FOR_EACH_ELEMENTWISE_OP(OPFORGE_ELEMENTWISE_BINDINGS)
 OPFORGE_FOR_EACH_GATED_OP(OPFORGE_GATED_BINDINGS)
@@ -571,6 +581,7 @@ OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP(OPFORGE_RESIDUAL_ROW_NORM_BINDINGS)
 #undef OPFORGE_BIND_ROW_NORM_ENTRIES
 #undef OPFORGE_BIND_RESIDUAL_ROW_NORM_ENTRIES
 #undef OPFORGE_FOR_EACH_CPU_TYPE
+#undef OPFORGE_FOR_EACH_CPU_WEIGHTED_TYPE
 
 }  // namespace cpu
 }  // namespace opforge::kernels

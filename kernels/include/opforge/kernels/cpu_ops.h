@@ -5,6 +5,8 @@
 // (X's shape) out; the ones an op does not have are nullptr.
 #pragma once
 
+#include <type_traits>
+
 #include "opforge/kernels/cpu.h"
 #include "opforge/kernels/functor.h"
 #include "opforge/kernels/shapes.h"
@@ -78,6 +80,9 @@ struct RowNormKernel {
   static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      if (a.w_float32 != nullptr) return row_norm_forward<T>(a.x, a.w_float32, a.y, r0, r1, a.cols, norm(a.attrs));
+    }
     row_norm_forward<T>(a.x, a.w, a.y, r0, r1, a.cols, norm(a.attrs));
   }
 };
@@ -90,6 +95,10 @@ struct ResidualRowNormKernel {
   static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      if (a.w_float32 != nullptr)
+        return residual_row_norm_forward<T>(a.x, a.r, a.w_float32, a.y, a.h, r0, r1, a.cols, norm(a.attrs));
+    }
     residual_row_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, r0, r1, a.cols, norm(a.attrs));
   }
 };

@@ -207,13 +207,28 @@ __device__ __forceinline__ void add_squares(float& sum, Packet<T, kVec> x) {
   for (int k = 0; k < kVec; ++k) sum += to_float(x.v[k]) * to_float(x.v[k]);
 }
 
-template <int kVec, class T>
-__device__ __forceinline__ Packet<T, kVec> normalized(Packet<T, kVec> x, Packet<T, kVec> w,
+template <int kVec, class T, class TW>
+__device__ __forceinline__ Packet<T, kVec> normalized(Packet<T, kVec> x, Packet<TW, kVec> w,
                                                       float inv) {
   Packet<T, kVec> y;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) y.v[k] = from_float<T>(to_float(x.v[k]) * inv * to_float(w.v[k]));
   return y;
+}
+
+// W's packet p for X's packets of T: one load when W is T; with a float W beside a 16-bit X
+// (a mixed-dtype call), kVec float loads: W's float packet would be twice as wide as the alignment
+// checked for X's.
+template <int kVec, class T, class TW>
+__device__ __forceinline__ Packet<TW, kVec> weight_packet(const TW* w, int64_t p) {
+  if constexpr (std::is_same_v<T, TW>) {
+    return reinterpret_cast<const Packet<TW, kVec>*>(w)[p];
+  } else {
+    Packet<TW, kVec> packet;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) packet.v[k] = w[p * kVec + k];
+    return packet;
+  }
 }
 
 // norm.sum(X, R) rounded to T: a residual op's H (AddRMSNorm's X + R), which its norm and its
@@ -243,15 +258,14 @@ __device__ __forceinline__ Packet<T, kVec> row_input(const Packet<T, kVec>* xr, 
 // kResidual (AddRMSNorm): the row is H = X + R, written to h as it is read; r and h are unused
 // otherwise.
 // `norm`: the op's functor (math.h: inverse(mean_square) is the row's scale; sum(x, r) H's element).
-template <class T, int kVec, bool kCached, bool kResidual, class Norm>
+template <class T, class TW, int kVec, bool kCached, bool kResidual, class Norm>
 __global__ void __launch_bounds__(ci::kRowForwardThreads, 1)
-    row_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+    row_norm_forward_kernel(const T* __restrict__ x, const TW* __restrict__ w, T* __restrict__ y,
                             int64_t rows, int64_t cols, int64_t groups, Norm norm,
                             const T* __restrict__ r, T* __restrict__ h) {
   using P = Packet<T, kVec>;
   __shared__ float scratch[32];
   const int64_t ppr = cols / kVec;
-  const P* wp = reinterpret_cast<const P*>(w);
   ci::row_visit(this_launch(), block_index(), thread_index(), rows, groups,
                 [&](int64_t row, bool live, bool) {
     const int64_t at = live ? row * ppr : 0;
@@ -286,21 +300,21 @@ __global__ void __launch_bounds__(ci::kRowForwardThreads, 1)
 #pragma unroll
       for (int k = 0; k < ci::kRowForwardPackets; ++k) {
         const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
-        if (p < ppr) yr[p] = normalized<kVec>(kept[k], wp[p], inv);
+        if (p < ppr) yr[p] = normalized<kVec>(kept[k], weight_packet<kVec, T>(w, p), inv);
       }
     } else {
       // the H this thread wrote (R or X may be H's own buffer: an in-place residual update)
       for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
-        yr[p] = normalized<kVec>(kResidual ? P(hr[p]) : P(xr[p]), wp[p], inv);
+        yr[p] = normalized<kVec>(kResidual ? P(hr[p]) : P(xr[p]), weight_packet<kVec, T>(w, p), inv);
       }
     }
   });
 }
 
 // sums[0] += x^2, sums[1] += dy * w * x
-template <int kVec, class T>
+template <int kVec, class T, class TW>
 __device__ __forceinline__ void add_backward_sums(float (&sums)[2], Packet<T, kVec> x,
-                                                  Packet<T, kVec> g, Packet<T, kVec> w) {
+                                                  Packet<T, kVec> g, Packet<TW, kVec> w) {
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
     const float xv = to_float(x.v[k]);
@@ -311,9 +325,9 @@ __device__ __forceinline__ void add_backward_sums(float (&sums)[2], Packet<T, kV
 
 // dX = inv * dY * W - X * coef, with coef = inv^3 * mean(dY * W * X); with a residual
 // (AddRMSNorm, X is H) plus dH, rounded once.
-template <bool kResidual, int kVec, class T>
+template <bool kResidual, int kVec, class T, class TW>
 __device__ __forceinline__ Packet<T, kVec> input_grad(Packet<T, kVec> x, Packet<T, kVec> g,
-                                                      Packet<T, kVec> w, float inv, float coef,
+                                                      Packet<TW, kVec> w, float inv, float coef,
                                                       const Packet<T, kVec>* dh, int64_t p) {
   Packet<T, kVec> dx;
   Packet<T, kVec> extra;
@@ -331,10 +345,10 @@ __device__ __forceinline__ Packet<T, kVec> input_grad(Packet<T, kVec> x, Packet<
 // kCached: the row's X and dY stay in registers and the partial dW too (each thread owns the same
 // columns on every row of its group); otherwise the partial row is accumulated in place.
 // kResidual (AddRMSNorm): the row is H = X + R, dX gets dH added and dR is written as dX.
-template <class T, int kVec, bool kCached, bool kResidual, class Norm>
+template <class T, class TW, int kVec, bool kCached, bool kResidual, class Norm>
 __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
     row_norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                             const T* __restrict__ w, T* __restrict__ dx,
+                             const TW* __restrict__ w, T* __restrict__ dx,
                              float* __restrict__ partial_dw, int64_t rows, int64_t cols,
                              int64_t groups, Norm norm, const T* __restrict__ r,
                              const T* __restrict__ dh, T* __restrict__ dr) {
@@ -342,7 +356,6 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
   constexpr int kKept = kCached ? ci::kRowBackwardPackets : 1;
   __shared__ float scratch[2 * 32];
   const int64_t ppr = cols / kVec;
-  const P* wp = reinterpret_cast<const P*>(w);
   const int64_t group = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   float dw[kKept][kVec] = {};
   ci::row_visit(this_launch(), block_index(), thread_index(), rows, groups,
@@ -363,11 +376,12 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
           if (p >= ppr) continue;
           kept_x[k] = row_input<kResidual, kVec>(xr, rr, p, norm);
           kept_g[k] = gr[p];
-          add_backward_sums<kVec>(sums, kept_x[k], kept_g[k], wp[p]);
+          add_backward_sums<kVec>(sums, kept_x[k], kept_g[k], weight_packet<kVec, T>(w, p));
         }
       } else {
         for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
-          add_backward_sums<kVec>(sums, row_input<kResidual, kVec>(xr, rr, p, norm), gr[p], wp[p]);
+          add_backward_sums<kVec>(sums, row_input<kResidual, kVec>(xr, rr, p, norm), gr[p],
+                                  weight_packet<kVec, T>(w, p));
         }
       }
     }
@@ -381,7 +395,8 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
       for (int k = 0; k < kKept; ++k) {
         const int64_t p = ci::row_packet(threadIdx.x, blockDim.x, k);
         if (p >= ppr) continue;
-        dxr[p] = input_grad<kResidual, kVec>(kept_x[k], kept_g[k], wp[p], inv, coef, dhr, p);
+        dxr[p] = input_grad<kResidual, kVec>(kept_x[k], kept_g[k], weight_packet<kVec, T>(w, p), inv, coef,
+                                             dhr, p);
         if constexpr (kResidual) drr[p] = dxr[p];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -392,7 +407,7 @@ __global__ void __launch_bounds__(ci::kRowBackwardThreads, 1)
       float* partial = partial_dw + group * cols;
       for (int64_t p = threadIdx.x; p < ppr; p += blockDim.x) {
         const P xv = row_input<kResidual, kVec>(xr, rr, p, norm), gv = gr[p];
-        dxr[p] = input_grad<kResidual, kVec>(xv, gv, wp[p], inv, coef, dhr, p);
+        dxr[p] = input_grad<kResidual, kVec>(xv, gv, weight_packet<kVec, T>(w, p), inv, coef, dhr, p);
         if constexpr (kResidual) drr[p] = dxr[p];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -484,16 +499,17 @@ cudaError_t gated_backward(const T* dy, const T* x, T* dx, int64_t rows, int64_t
 }
 
 // A row_norm op (its functor `norm` of math.h): Y = X * norm.inverse(mean(X^2)) * W, [rows, cols].
-template <class T, class Norm>
-cudaError_t row_norm_forward(const T* x, const T* w, T* y, int64_t rows, int64_t cols, Norm norm,
+// W is T, or float with a __half / __nv_bfloat16 X (a mixed-dtype call, computed in float).
+template <class T, class TW, class Norm>
+cudaError_t row_norm_forward(const T* x, const TW* w, T* y, int64_t rows, int64_t cols, Norm norm,
                              cudaStream_t s) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const int vec = cuda_index::row_packet_elems(sizeof(T), cols, detail::address_bits(x, w, y));
   return detail::with_packet<T>(vec, [&](auto packet) {
     constexpr int kVec = decltype(packet)::value;
     const cuda_index::RowLaunch l = cuda_index::rms_forward_launch(rows, cols / kVec);
-    const auto kernel = l.cached ? detail::row_norm_forward_kernel<T, kVec, true, false, Norm>
-                                 : detail::row_norm_forward_kernel<T, kVec, false, false, Norm>;
+    const auto kernel = l.cached ? detail::row_norm_forward_kernel<T, TW, kVec, true, false, Norm>
+                                 : detail::row_norm_forward_kernel<T, TW, kVec, false, false, Norm>;
     kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(x, w, y, rows, cols,
                                                                              l.groups, norm, nullptr, nullptr);
     return cudaGetLastError();
@@ -502,16 +518,16 @@ cudaError_t row_norm_forward(const T* x, const T* w, T* y, int64_t rows, int64_t
 
 // A residual_row_norm op: H = norm.sum(X, R) (rounded to T) and Y = the row norm of H, [rows, cols]
 // each, in one pass over X and R.
-template <class T, class Norm>
-cudaError_t residual_row_norm_forward(const T* x, const T* r, const T* w, T* y, T* h, int64_t rows,
+template <class T, class TW, class Norm>
+cudaError_t residual_row_norm_forward(const T* x, const T* r, const TW* w, T* y, T* h, int64_t rows,
                                       int64_t cols, Norm norm, cudaStream_t s) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const int vec = cuda_index::row_packet_elems(sizeof(T), cols, detail::address_bits(x, r, w, y, h));
   return detail::with_packet<T>(vec, [&](auto packet) {
     constexpr int kVec = decltype(packet)::value;
     const cuda_index::RowLaunch l = cuda_index::rms_forward_launch(rows, cols / kVec);
-    const auto kernel = l.cached ? detail::row_norm_forward_kernel<T, kVec, true, true, Norm>
-                                 : detail::row_norm_forward_kernel<T, kVec, false, true, Norm>;
+    const auto kernel = l.cached ? detail::row_norm_forward_kernel<T, TW, kVec, true, true, Norm>
+                                 : detail::row_norm_forward_kernel<T, TW, kVec, false, true, Norm>;
     kernel<<<detail::grid_of(l.launch), detail::block_of(l.launch), 0, s>>>(x, w, y, rows, cols,
                                                                              l.groups, norm, r, h);
     return cudaGetLastError();
@@ -529,8 +545,8 @@ namespace detail {
 
 // RMSNorm's backward over rows, with a residual (kResidual: the row is H = X + R, dH is added to dX
 // and dR written as dX) or without; dW through the partial rows of `workspace`, summed in order.
-template <bool kResidual, class T, class Norm>
-cudaError_t row_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx, T* dr,
+template <bool kResidual, class T, class TW, class Norm>
+cudaError_t row_backward(const T* dy, const T* dh, const T* x, const T* r, const TW* w, T* dx, T* dr,
                          float* dw, void* workspace, int64_t rows, int64_t cols, Norm norm,
                          cudaStream_t s) {
   if (cols == 0) return cudaSuccess;
@@ -540,8 +556,8 @@ cudaError_t row_backward(const T* dy, const T* dh, const T* x, const T* r, const
   const cudaError_t rows_done = with_packet<T>(vec, [&](auto packet) {
     constexpr int kVec = decltype(packet)::value;
     const cuda_index::RowLaunch l = cuda_index::rms_backward_launch(rows, cols / kVec);
-    const auto kernel = l.cached ? row_norm_backward_kernel<T, kVec, true, kResidual, Norm>
-                                 : row_norm_backward_kernel<T, kVec, false, kResidual, Norm>;
+    const auto kernel = l.cached ? row_norm_backward_kernel<T, TW, kVec, true, kResidual, Norm>
+                                 : row_norm_backward_kernel<T, TW, kVec, false, kResidual, Norm>;
     kernel<<<grid_of(l.launch), block_of(l.launch), 0, s>>>(dy, x, w, dx, partial_dw, rows, cols,
                                                             l.groups, norm, r, dh, dr);
     return cudaGetLastError();
@@ -558,8 +574,8 @@ cudaError_t row_backward(const T* dy, const T* dh, const T* x, const T* r, const
 // deterministic: the same bits on every run for the same inputs and pointers' alignment; its
 // workspace is row_norm_backward_workspace_size(rows, cols). The derivative of norm.inverse(m) is
 // taken as -inverse^3 / 2 (an inverse square root's).
-template <class T, class Norm>
-cudaError_t row_norm_backward(const T* dy, const T* x, const T* w, T* dx, float* dw, void* workspace,
+template <class T, class TW, class Norm>
+cudaError_t row_norm_backward(const T* dy, const T* x, const TW* w, T* dx, float* dw, void* workspace,
                               int64_t rows, int64_t cols, Norm norm, cudaStream_t s) {
   return detail::row_backward<false, T>(dy, nullptr, x, nullptr, w, dx, nullptr, dw, workspace, rows,
                                         cols, norm, s);
@@ -567,8 +583,8 @@ cudaError_t row_norm_backward(const T* dy, const T* x, const T* w, T* dx, float*
 
 // dX and dR [rows, cols] of a residual_row_norm op (the same values: the row norm's dX at H, plus
 // dH) and dW [cols] (float32, fully written), deterministic as row_norm_backward, with its workspace.
-template <class T, class Norm>
-cudaError_t residual_row_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const T* w, T* dx,
+template <class T, class TW, class Norm>
+cudaError_t residual_row_norm_backward(const T* dy, const T* dh, const T* x, const T* r, const TW* w, T* dx,
                                        T* dr, float* dw, void* workspace, int64_t rows, int64_t cols,
                                        Norm norm, cudaStream_t s) {
   return detail::row_backward<true, T>(dy, dh, x, r, w, dx, dr, dw, workspace, rows, cols, norm, s);

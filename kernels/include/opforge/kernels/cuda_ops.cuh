@@ -76,6 +76,7 @@ struct RowNormKernel {
   static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
+    if (a.w_float32 != nullptr) return row_norm_forward<T>(a.x, a.w_float32, a.y, a.rows, a.cols, norm(a.attrs), s);
     return row_norm_forward<T>(a.x, a.w, a.y, a.rows, a.cols, norm(a.attrs), s);
   }
 };
@@ -88,6 +89,8 @@ struct ResidualRowNormKernel {
   static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
+    if (a.w_float32 != nullptr)
+      return residual_row_norm_forward<T>(a.x, a.r, a.w_float32, a.y, a.h, a.rows, a.cols, norm(a.attrs), s);
     return residual_row_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, a.rows, a.cols, norm(a.attrs), s);
   }
 };
@@ -112,13 +115,16 @@ cudaError_t forward_of(const OpDesc& op, const Forward<T>& args, cudaStream_t s)
 }
 
 // inputs: the op's op.nb_inputs tensors in its descriptor's order (X[, R][, W]); outputs: its
-// op.nb_outputs (Y[, H]). [rows, cols] is X's row view.
+// op.nb_outputs (Y[, H]). [rows, cols] is X's row view. weight_float32: W is float32 beside a
+// 16-bit X (shapes.h weight_dtype_ok).
 template <class T>
 cudaError_t forward_by_desc(const OpDesc& op, const void* const* inputs, void* const* outputs, int64_t rows,
-                            int64_t cols, const AttrValues& attrs, cudaStream_t s) {
+                            int64_t cols, const AttrValues& attrs, cudaStream_t s, bool weight_float32 = false) {
   const auto input = [&](int i) { return static_cast<const T*>(inputs[i]); };
-  Forward<T> args{input(0), has_weight(op) ? input(op.nb_inputs - 1) : nullptr, static_cast<T*>(outputs[0]),
-                  rows, cols, attrs};
+  const bool weight = has_weight(op);
+  Forward<T> args{input(0), weight && !weight_float32 ? input(op.nb_inputs - 1) : nullptr,
+                  static_cast<T*>(outputs[0]), rows, cols, attrs};
+  if (weight && weight_float32) args.w_float32 = static_cast<const float*>(inputs[op.nb_inputs - 1]);
   if (has_residual(op)) args.r = input(1);
   if (op.nb_outputs > 1) args.h = static_cast<T*>(outputs[1]);
 #define OPFORGE_CUDA_KERNEL(Name) , Name##Kernel

@@ -39,14 +39,14 @@ __device__ __forceinline__ float block_reduce(float v, float* warps) {
   return total;
 }
 
-template <class T>
-__device__ __forceinline__ float quant_value(const T* xr, const T* w, float inv, int64_t j) {
+template <class T, class TW>
+__device__ __forceinline__ float quant_value(const T* xr, const TW* w, float inv, int64_t j) {
   return quant_load(xr[j]) * inv * quant_load(w[j]);
 }
 
-template <class T>
+template <class T, class TW>
 __global__ void __launch_bounds__(kQuantThreads)
-    rms_norm_quant_kernel(const T* x, const T* w, void* q, float* scale, int64_t rows, int64_t cols, float eps,
+    rms_norm_quant_kernel(const T* x, const TW* w, void* q, float* scale, int64_t rows, int64_t cols, float eps,
                           bool fp8, float scale_ub) {
   __shared__ float warps[kQuantThreads / 32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -79,14 +79,15 @@ __global__ void __launch_bounds__(kQuantThreads)
 }  // namespace quant_detail
 
 // RMSNormQuant of a contiguous [rows, cols] X on `stream`: Q (int8, or float8 e4m3fn bits when
-// fp8) and the rows' float32 scales. Rows with cols == 0 get their scale too.
-template <class T>
-cudaError_t rms_norm_quant_forward(const T* x, const T* w, void* q, float* scale, int64_t rows, int64_t cols,
+// fp8) and the rows' float32 scales. Rows with cols == 0 get their scale too. W is T, or float
+// with a 16-bit X.
+template <class T, class TW>
+cudaError_t rms_norm_quant_forward(const T* x, const TW* w, void* q, float* scale, int64_t rows, int64_t cols,
                                    float eps, bool fp8, float scale_ub, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond
   const unsigned blocks = static_cast<unsigned>(rows < max_blocks ? rows : max_blocks);
-  quant_detail::rms_norm_quant_kernel<T><<<blocks, quant_detail::kQuantThreads, 0, stream>>>(
+  quant_detail::rms_norm_quant_kernel<T, TW><<<blocks, quant_detail::kQuantThreads, 0, stream>>>(
       x, w, q, scale, rows, cols, eps, fp8, scale_ub);
   return cudaGetLastError();
 }
@@ -99,8 +100,10 @@ struct RMSNormQuantKernel {
   static cudaError_t forward(const Forward<T>& a, cudaStream_t stream) {
     void* q = a.outputs != nullptr ? a.outputs[0] : static_cast<void*>(a.y);
     float* scale = static_cast<float*>(a.outputs != nullptr ? a.outputs[1] : static_cast<void*>(a.h));
-    return rms_norm_quant_forward<T>(a.x, a.w, q, scale, a.rows, a.cols, a.attrs[0],
-                                     static_cast<int32_t>(a.attrs[1]) == kQuantFloat8E4M3FN, a.attrs[2], stream);
+    const bool fp8 = static_cast<int32_t>(a.attrs[1]) == kQuantFloat8E4M3FN;
+    if (a.w_float32 != nullptr)
+      return rms_norm_quant_forward<T>(a.x, a.w_float32, q, scale, a.rows, a.cols, a.attrs[0], fp8, a.attrs[2], stream);
+    return rms_norm_quant_forward<T>(a.x, a.w, q, scale, a.rows, a.cols, a.attrs[0], fp8, a.attrs[2], stream);
   }
 };
 
