@@ -51,6 +51,7 @@ STANDARD_FORMS = {
     "SwiGLU": StandardForm("SwiGLU", 28),
 }
 STASH_FLOAT32 = 1  # RMSNormalization's stash_type: the mean square in float32, as opforge's kernels
+FLOAT32 = opforge_spec.DTYPE_CODES["float32"]  # an ONNX element type (Cast's `to`)
 
 
 def _halves(e, x) -> tuple:
@@ -60,17 +61,24 @@ def _halves(e, x) -> tuple:
             e.op("Slice", x, half, e.ints([2**62]), e.ints([-1])))
 
 
-def _rms_normalization(e, x, w, epsilon: float):
-    return e.op("RMSNormalization", x, w, epsilon=float(epsilon), axis=-1, stash_type=STASH_FLOAT32)
+def _rms_normalization(e, x, w, epsilon: float, x_type: int | None = None):
+    """`x_type`: X's ONNX element type in a mixed call (a float32 W beside a 16-bit X). ONNX's type
+    inference gives RMSNormalization's Y X's type while its schema gives it the scale's, so the
+    checker refuses the two types apart: X is upcast (exact) and Y cast back, the row computed in
+    float32 with W as given, as the kernels compute it."""
+    if x_type is not None:
+        x = e.op("Cast", x, to=FLOAT32)
+    y = e.op("RMSNormalization", x, w, epsilon=float(epsilon), axis=-1, stash_type=STASH_FLOAT32)
+    return y if x_type is None else e.op("Cast", y, to=x_type)
 
 
-def _write_rms_norm(e, x, w, epsilon: float):
-    return _rms_normalization(e, x, w, epsilon)
+def _write_rms_norm(e, x, w, epsilon: float, x_type: int | None = None):
+    return _rms_normalization(e, x, w, epsilon, x_type)
 
 
-def _write_add_rms_norm(e, x, r, w, epsilon: float):
+def _write_add_rms_norm(e, x, r, w, epsilon: float, x_type: int | None = None):
     h = e.op("Add", x, r)
-    return _rms_normalization(e, h, w, epsilon), h
+    return _rms_normalization(e, h, w, epsilon, x_type), h
 
 
 def _write_swish(e, x, beta: float):
@@ -100,10 +108,13 @@ def standard_form_refusal(op: str, attrs: dict, x_dtype: str | None = None) -> s
     return None
 
 
-def write_standard(e, op: str, *inputs_and_attrs):
+def write_standard(e, op: str, *inputs_and_attrs, x_type: int | None = None):
     """The op's standard form through an emitter (OpSpec.decomposed's interface): one node, or
-    AddRMSNorm's (Y, H)."""
-    return _WRITERS[op](e, *inputs_and_attrs)
+    AddRMSNorm's (Y, H). `x_type`: X's ONNX element type in a mixed call (a float32 W beside a
+    16-bit X), else None."""
+    if x_type is None:
+        return _WRITERS[op](e, *inputs_and_attrs)
+    return _WRITERS[op](e, *inputs_and_attrs, x_type=x_type)
 
 
 # --------------------------------------------------------------------------------------------

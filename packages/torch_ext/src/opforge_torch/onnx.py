@@ -52,6 +52,40 @@ RUNTIME_FUSES = {"onnxruntime": frozenset({"Swish"}), "tensorrt": frozenset()}
 
 
 # --------------------------------------------------------------------------------------------
+# Mixed dtypes: a float32 W beside a 16-bit X (opforge_spec.weight_dtypes)
+# --------------------------------------------------------------------------------------------
+_FLOAT32 = export_table.FLOAT32
+
+
+def _mixed_x_type(spec: opforge_spec.OpSpec, codes) -> int | None:
+    """X's ONNX element type when W's is not X's (a float32 W beside a 16-bit X: the op refused any
+    other pair while the model was traced), else None; `codes` the call's tensor inputs' element
+    types in the spec's order (None where the exporter does not know one)."""
+    named = dict(zip(spec.inputs, codes))
+    x, w = named.get("X"), named.get("W")
+    return x if x is not None and w is not None and w != x else None
+
+
+def write_decomposed(e, spec: opforge_spec.OpSpec, tensors, attrs, x_type: int | None = None):
+    """The op's decomposed form (OpSpec.decomposed) through an emitter. A mixed call (`x_type`: X's
+    ONNX element type, W float32) is computed in float32 as the kernels compute it, since ONNX
+    arithmetic takes one type: X upcast (for an op with a residual, H = X + R in X's dtype first,
+    as every layer rounds it, then upcast: the form adds a float32 zero to it), W as given; the
+    outputs of X's dtype are cast back to it, H is the rounded sum itself."""
+    if x_type is None:
+        return spec.decomposed(e, *tensors, *attrs)
+    named = dict(zip(spec.inputs, tensors))
+    rounded = e.op("Add", named["X"], named["R"]) if "R" in named else named["X"]
+    wide = e.op("Cast", rounded, to=_FLOAT32)
+    inputs = {"X": wide, "R": e.scalar(0.0, wide), "W": named["W"]}
+    outputs = spec.decomposed(e, *(inputs[n] for n in spec.inputs), *attrs)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    narrowed = tuple(rounded if name == "H" else o if name in spec.output_dtypes else e.op("Cast", o, to=x_type)
+                     for name, o in zip(spec.outputs, outputs))
+    return narrowed if len(narrowed) > 1 else narrowed[0]
+
+
+# --------------------------------------------------------------------------------------------
 # TorchScript exporter
 # --------------------------------------------------------------------------------------------
 # TorchScript scalar type names -> torch dtypes (ONNX arithmetic does not promote, so constants
@@ -62,6 +96,12 @@ _TS_DTYPES = {"Float": torch.float32, "Double": torch.float64, "Half": torch.flo
 
 def _ts_dtype(value):
     return _TS_DTYPES.get(value.type().scalarType(), torch.float32)
+
+
+def _ts_dtype_code(value) -> int | None:
+    """A traced value's ONNX element type, None where the trace does not know it."""
+    dtype = _TS_DTYPES.get(value.type().scalarType())
+    return None if dtype is None else opforge_spec.DTYPE_CODES[str(dtype).removeprefix("torch.")]
 
 
 def _ts_constant(g, number, like):
@@ -193,7 +233,8 @@ def _ts_symbolic(spec: opforge_spec.OpSpec):
     def symbolic(g, *args):
         tensors, attrs = _split_call(spec, args)
         if spec.name in _state["decomposed"]:
-            return spec.decomposed(_TorchScriptEmitter(g), *tensors, *attrs)
+            x_type = _mixed_x_type(spec, [_ts_dtype_code(t) for t in tensors])
+            return write_decomposed(_TorchScriptEmitter(g), spec, tensors, attrs, x_type)
         return _ts_opforge_node(g, spec, tensors, attrs)
 
     # parse_args names each argument from the signature (g, then the schema's arguments)
@@ -224,9 +265,12 @@ def register_onnx_schemas():
 
     def schema(op):
         outputs, constraints = _schema_outputs(op)
+        if "W" in op.inputs:  # X's type, or float32 beside a 16-bit X (opforge_spec.weight_dtypes)
+            constraints.append(("TW", list(_FLOAT_TYPES), "W's type: X's, or float32 with a float16 or bfloat16 X"))
         return defs.OpSchema(
             op.name, DOMAIN, DOMAIN_VERSION, doc=op.doc,
-            inputs=[param(n, "T") for n in op.inputs], outputs=[param(n, t) for n, t in outputs],
+            inputs=[param(n, "TW" if n == "W" else "T") for n in op.inputs],
+            outputs=[param(n, t) for n, t in outputs],
             type_constraints=[("T", list(_FLOAT_TYPES), "floating-point tensors"), *constraints],
             attributes=[attribute(name, attr) for name, attr in op.attributes.items()],
         )
@@ -380,12 +424,17 @@ class _DynamoEmitter:
         return self.scalar(torch.finfo(torch.float32).tiny, like)
 
 
+def _ir_dtype_codes(tensors) -> list:
+    """The dynamo exporter's values' ONNX element types (onnx_ir DataType), None where unknown."""
+    return [None if getattr(t, "dtype", None) is None else int(t.dtype) for t in tensors]
+
+
 def _decomposed_node(emitter, spec: opforge_spec.OpSpec):
     def translate(*args, **kwargs):
         bound = inspect.signature(translate).bind(*args, **kwargs)
         bound.apply_defaults()
         tensors, attrs = _split_call(spec, tuple(bound.arguments.values()))
-        return spec.decomposed(emitter, *tensors, *attrs)
+        return write_decomposed(emitter, spec, tensors, attrs, _mixed_x_type(spec, _ir_dtype_codes(tensors)))
 
     return _with_signature(translate, spec)
 
@@ -420,7 +469,8 @@ def _standard_node(opset_version: int, spec: opforge_spec.OpSpec, fallback):
             _LOG.info("opforge_torch.onnx: a %s call keeps its planned fallback form: %s",
                       spec.name, refusal)
             return fallback(*args, **kwargs)
-        return export_table.write_standard(emitter, spec.name, *tensors, *attrs)
+        x_type = _mixed_x_type(spec, _ir_dtype_codes(tensors))
+        return export_table.write_standard(emitter, spec.name, *tensors, *attrs, x_type=x_type)
 
     return _with_signature(translate, spec)
 
