@@ -2,8 +2,8 @@
 spec's rules and in its words, in the order of ONNX Runtime's plugin - the node's inputs (their
 count, none unnamed) and outputs (none beyond the spec's), its attributes (Attr.error), its outputs
 (each of the spec's named: AddRMSNorm without H is refused), then its tensors: X's dtype and
-shape (OpSpec.x_error), then each other input's dtype (X's) and shape rule (R: OpSpec.r_error,
-W: OpSpec.w_error). A refusal names the node."""
+shape (OpSpec.x_error), then each other input's dtype (R: X's; W: OpSpec.w_dtype_error, X's or
+float32 beside a 16-bit X) and shape rule (R: OpSpec.r_error, W: OpSpec.w_error). A refusal names the node."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -94,7 +94,7 @@ def _tensors_error(op: spec.OpSpec, node, arrays: tuple, context: Context) -> st
     x_shape = np.shape(named["X"])
     message = _x_dtype_error(op, dtypes["X"]) or op.x_error(x_shape)
     for role in op.inputs[1:]:
-        message = (message or _same_dtype_error(op, role, dtypes["X"], dtypes[role])
+        message = (message or _DTYPE_RULES[role](op, role, dtypes["X"], dtypes[role])
                    or SHAPE_RULES[role](op, x_shape, np.shape(named[role])))
     return message
 
@@ -110,3 +110,15 @@ def _same_dtype_error(op: spec.OpSpec, role: str, x_dtype: str | None,
     if x_dtype is None or dtype is None or dtype == x_dtype:
         return None
     return spec.error(op.name, role, f"{x_dtype} tensor (same dtype as X)", f"{dtype} tensor")
+
+
+def _w_dtype_error(op: spec.OpSpec, role: str, x_dtype: str | None, dtype: str | None) -> str | None:
+    """W's rule (opforge_spec.weight_dtypes): X's dtype, or float32 beside a 16-bit X (a mixed-dtype
+    node, which the reference computes with W as given)."""
+    if x_dtype is None or dtype is None:
+        return None
+    return op.w_dtype_error(x_dtype, dtype)
+
+
+# The dtype rule of each input but X, by its role: R keeps X's dtype, W follows the spec's rule
+_DTYPE_RULES = {"R": _same_dtype_error, "W": _w_dtype_error}
