@@ -8,10 +8,11 @@
 
 namespace opforge_ort::cuda {
 
-// type: ONNX element type, FLOAT or FLOAT16. inputs / outputs: the op's tensors in its
-// descriptor's order (cuda_ops.cuh forward_by_desc); X is [rows, cols] (shapes.h RowView).
-int forward(const opforge::kernels::OpDesc& op, int type, const void* const* inputs, void* const* outputs,
-            int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs, void* stream);
+// type: ONNX element type, FLOAT or FLOAT16; w_float32: W is float32 with a FLOAT16 X (a mixed-dtype
+// call). inputs / outputs: the op's tensors in its descriptor's order (cuda_ops.cuh
+// forward_by_desc); X is [rows, cols] (shapes.h RowView).
+int forward(const opforge::kernels::OpDesc& op, int type, bool w_float32, const void* const* inputs,
+            void* const* outputs, int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs, void* stream);
 const char* error_string(int error);
 // nullptr when the current device can run this library's CUDA code (SASS or PTX, arch_guard.h);
 // else why not. Decided once per device.

@@ -279,7 +279,26 @@ std::string shape_error(const opforge::kernels::OpDesc& op, int32_t index, const
   return opforge::kernels::w_shape_error(op, x.shape.data(), rank(x), t.shape.data(), rank(t));
 }
 
-// X's type and shape, then every other input (X's type, its shape rule), in descriptor order.
+bool is_weight(const opforge::kernels::OpDesc& op, int32_t index) {
+  return opforge::kernels::has_weight(op) && index == op.nb_inputs - 1;
+}
+
+opforge::kernels::ElemType elem_type(ONNXTensorElementDataType type) {
+  return static_cast<opforge::kernels::ElemType>(type);  // both are ONNX TensorProto codes
+}
+
+// The dtype rule of input `index` > 0: W has X's dtype or float32 with a 16-bit X (shapes.h
+// weight_dtype_error), R has X's.
+OrtStatus* check_input_type(const Kernel& k, int32_t index, const Tensor& x, const Tensor& t) {
+  const opforge::kernels::OpDesc& op = *k.def->desc;
+  if (is_weight(op, index))
+    return fail_unless_empty(k, opforge::kernels::weight_dtype_error(op, elem_type(x.type), elem_type(t.type)));
+  if (t.type == x.type) return nullptr;
+  return k.fail(nth_name(op.inputs, index), type_name(x.type) + " tensor (same dtype as X)",
+                type_name(t.type) + " tensor");
+}
+
+// X's type and shape, then every other input (its dtype rule, its shape rule), in descriptor order.
 OrtStatus* check_inputs(const Kernel& k, const std::vector<Tensor>& in) {
   const opforge::kernels::OpDesc& op = *k.def->desc;
   const Tensor& x = in[0];
@@ -287,13 +306,15 @@ OrtStatus* check_inputs(const Kernel& k, const std::vector<Tensor>& in) {
   OPFORGE_TRY(fail_unless_empty(
       k, opforge::kernels::x_shape_error(op, x.shape.data(), rank(x), "a rank-0 tensor (scalar)")));
   for (int32_t i = 1; i < op.nb_inputs; ++i) {
-    const Tensor& t = in[i];
-    if (t.type != x.type)
-      return k.fail(nth_name(op.inputs, i), type_name(x.type) + " tensor (same dtype as X)",
-                    type_name(t.type) + " tensor");
-    OPFORGE_TRY(fail_unless_empty(k, shape_error(op, i, x, t)));
+    OPFORGE_TRY(check_input_type(k, i, x, in[i]));
+    OPFORGE_TRY(fail_unless_empty(k, shape_error(op, i, x, in[i])));
   }
   return nullptr;
+}
+
+// A mixed-dtype call (checked inputs): W in float32 with a 16-bit X.
+bool w_is_float32(const opforge::kernels::OpDesc& op, const std::vector<Tensor>& in) {
+  return opforge::kernels::has_weight(op) && in[op.nb_inputs - 1].type != in[0].type;
 }
 
 // Every output from X's shape by its rule (shapes.h output_shape_at: the op's rule, X's shape, or
@@ -328,15 +349,17 @@ OrtStatus* run(const Kernel& k, OrtKernelContext* ctx) {
   if (all_empty(outputs) || v.rows == 0) return nullptr;  // nothing to write
   std::vector<const void*> inputs;
   for (const Tensor& t : in) inputs.push_back(t.data);
+  const bool w_float32 = w_is_float32(op, in);
 #ifdef OPFORGE_WITH_CUDA
   if (k.on_cuda()) {
     OPFORGE_TRY(check_device_arch(k));
     void* stream = nullptr;
     OPFORGE_TRY(cuda_stream(k, ctx, &stream));
-    return cuda_status(k, cuda::forward(op, x.type, inputs.data(), outputs.data(), v.rows, v.cols, k.attrs, stream));
+    return cuda_status(k, cuda::forward(op, x.type, w_float32, inputs.data(), outputs.data(), v.rows, v.cols, k.attrs,
+                                        stream));
   }
 #endif
-  return k.def->cpu(k, ctx, x.type, inputs.data(), outputs.data(), v);
+  return k.def->cpu(k, ctx, x.type, w_float32, inputs.data(), outputs.data(), v);
 }
 
 OrtStatus* ORT_API_CALL compute(void* kernel, OrtKernelContext* ctx) {
@@ -442,21 +465,31 @@ void add_cpu_defs(const opforge::kernels::OpDesc& op, std::vector<OpDef>& defs) 
   }
 }
 
+#ifdef OPFORGE_WITH_CUDA
+// CUDA kernels declare exact types, so ORT falls back to the CPU kernels for the others: every
+// input X's (float32, float16), and for an op with a weight, float16 X (and R) with a float32 W
+// (a mixed-dtype call, shapes.h weight_dtype_ok). ORT merges the defs of one name into one schema
+// and picks the def whose declared types match the node's.
+void add_cuda_defs(const opforge::kernels::OpDesc& op, std::vector<OpDef>& defs) {
+  constexpr const char* kCuda = "CUDAExecutionProvider";
+  for (auto t : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16}) {
+    InputTypes types{};
+    for (int32_t i = 0; i < op.nb_inputs; ++i) types[i] = t;
+    defs.push_back(make_def(op, kCuda, types));
+    if (!opforge::kernels::has_weight(op) || !opforge::kernels::weight_may_be_float32(elem_type(t))) continue;
+    types[op.nb_inputs - 1] = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    defs.push_back(make_def(op, kCuda, types));
+  }
+}
+#endif
+
 // Every op of the generated descriptors (kOps) that has a CPU kernel (cpu_kernels.cc).
 std::vector<OpDef> make_defs() {
   std::vector<OpDef> defs;
   for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps)
     if (cpu_forward(*op) != nullptr) add_cpu_defs(*op, defs);
 #ifdef OPFORGE_WITH_CUDA
-  // CUDA kernels declare exact types (every input X's), so ORT falls back to the CPU kernels for
-  // the others.
-  constexpr const char* kCuda = "CUDAExecutionProvider";
-  for (auto t : {ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16})
-    for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps) {
-      InputTypes types{};
-      for (int32_t i = 0; i < op->nb_inputs; ++i) types[i] = t;
-      defs.push_back(make_def(*op, kCuda, types));
-    }
+  for (const opforge::kernels::OpDesc* op : opforge::kernels::kOps) add_cuda_defs(*op, defs);
 #endif
   return defs;
 }

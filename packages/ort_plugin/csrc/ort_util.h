@@ -14,10 +14,11 @@ namespace opforge_ort {
 
 struct Kernel;
 struct Tensor;
-// An op's CPU kernel (cpu_kernels.cc): its inputs validated, all of element type `type`, in its
-// descriptor's order (X[, R][, W]), its outputs (Y[, H]) allocated, X as rows.
+// An op's CPU kernel (cpu_kernels.cc): its inputs validated, of X's element type `type` (W float32
+// instead when `w_float32`: a mixed-dtype call), in its descriptor's order (X[, R][, W]), its
+// outputs (Y[, H]) allocated, X as rows.
 using CpuKernel = OrtStatus* (*)(const Kernel& k, OrtKernelContext* ctx, ONNXTensorElementDataType type,
-                                 const void* const* inputs, void* const* outputs,
+                                 bool w_float32, const void* const* inputs, void* const* outputs,
                                  const opforge::kernels::RowView& v);
 
 // The most tensor inputs an op of the descriptors has (X, R, W), and the most outputs (Q, S, H);

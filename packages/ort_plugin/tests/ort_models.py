@@ -93,19 +93,23 @@ def input_rank(name: str, rank: int, w_rank: int = 1) -> int:
     return w_rank if name == "W" else rank
 
 
-def single_op_model(op: str, dtype: str, rank: int, w_rank: int = 1, w_as_initializer=None, **attrs) -> bytes:
+def single_op_model(op: str, dtype: str, rank: int, w_rank: int = 1, w_as_initializer=None, w_dtype=None,
+                    **attrs) -> bytes:
     """One opforge node with the spec's inputs and outputs (all dims dynamic); bfloat16 is fed as
     float32 and cast on both sides (numpy has no bfloat16).
-    `w_as_initializer`: an array to bake in as W instead of a graph input."""
+    `w_as_initializer`: an array to bake in as W instead of a graph input.
+    `w_dtype`: W's dtype when it is not X's (a mixed-dtype call), fed as is (float32, float64)."""
     spec_op = spec.OPS[op]
     storage = "float32" if dtype == "bfloat16" else dtype
     nodes, inputs, inits, op_inputs = [], [], [], []
     for name in spec_op.inputs:
+        own = name == "W" and w_dtype not in (None, dtype)  # W of its own dtype: no cast
+        stored = w_dtype if own else storage
         if name == "W" and w_as_initializer is not None:
-            inits.append(initializer(name, np.asarray(w_as_initializer).astype(storage)))
+            inits.append(initializer(name, np.asarray(w_as_initializer).astype(stored)))
         else:
-            inputs.append(value_info(name, storage, input_rank(name, rank, w_rank), prefix=name.lower()))
-        op_inputs.append(_cast(nodes, name, TensorProto.BFLOAT16) if dtype == "bfloat16" else name)
+            inputs.append(value_info(name, stored, input_rank(name, rank, w_rank), prefix=name.lower()))
+        op_inputs.append(_cast(nodes, name, TensorProto.BFLOAT16) if dtype == "bfloat16" and not own else name)
     cast_back = [name for name in spec_op.outputs if dtype == "bfloat16" and name not in spec_op.output_dtypes]
     op_outputs = [f"{name}c" if name in cast_back else name for name in spec_op.outputs]
     nodes.append(opforge_node(op, op_inputs, op_outputs, name=f"{op.lower()}_node", **attrs))

@@ -59,6 +59,24 @@ def test_cuda_matches_reference(op, dtype, case):
                    attrs=case.attrs)
 
 
+def _mixed_cases():
+    """A float32 W beside a float16 X (the CUDA EP's mixed-dtype kernels)."""
+    return [pytest.param(op, case, id=f"{op.name}-{case.name}") for op in spec.OPS.values() if "W" in op.inputs
+            for case in op.cases("float16") if not case.non_contiguous and served(op.name, case.attrs)]
+
+
+@pytest.mark.parametrize("op,case", _mixed_cases())
+def test_cuda_float32_w_with_float16_x(op, case):
+    x = case.inputs[0]
+    sess = _cuda_session(single_op_model(op.name, "float16", np.ndim(x), w_dtype="float32", **case.attrs))
+    feeds = {name: np.asarray(a, np.float32 if name == "W" else np.float16) for name, a in zip(op.inputs, case.inputs)}
+    outputs = sess.run(None, feeds)
+    assert [o.shape for o in outputs] == output_shapes(op.name, np.shape(x))
+    expected = op.reference(*(np.asarray(feeds[n], np.float64) if n == "W" else a for n, a in zip(op.inputs, case.inputs)),
+                            **case.attrs)
+    op.check_close(result(op.name, outputs), expected, "float16", (x,), case.name, attrs=case.attrs)
+
+
 def test_cuda_residual_stream():
     """Two chained AddRMSNorm nodes on the GPU, H1 the second one's residual (ranks 2-4)."""
     rng = np.random.default_rng(17)
