@@ -14,6 +14,7 @@ import opforge_torch
 WEIGHTED = [op for op in spec.OPS.values() if "W" in op.inputs]
 HALF = {"cpu": (torch.bfloat16,), "cuda": (torch.bfloat16, torch.float16)}
 EPS = 1e-5
+DEVICES = ["cpu", "cuda"]
 
 
 def _inputs(dtype, device="cpu", shape=(16, 96), seed=0):
@@ -25,22 +26,13 @@ def _inputs(dtype, device="cpu", shape=(16, 96), seed=0):
     return x.to(device), r.to(device), w.to(device)
 
 
-def _devices():
-    return [pytest.param("cpu"), pytest.param("cuda")]
-
-
 def _skip_without(device):
     if device == "cuda":
         require_cuda()
 
 
-def test_every_weighted_op_is_covered():
-    """The ops with a per-column weight W that this file runs (a new one must be added here)."""
-    assert {op.name for op in WEIGHTED} == {"RMSNorm", "AddRMSNorm", "RMSNormQuant"}
-
-
 # ---- forward: the float32 computation, rounded once --------------------------------------------
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", DEVICES)
 def test_rms_norm_is_the_float32_computation_with_w_as_given(device):
     """Y of a 16-bit X with a float32 W is Y of X upcast to float32 (the same W), rounded to X's
     dtype: bit for bit. Rounding W to X's dtype first (what the op did before) moves about a
@@ -56,7 +48,7 @@ def test_rms_norm_is_the_float32_computation_with_w_as_given(device):
         assert (rounded_w != want).float().mean() > 0.1
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", DEVICES)
 def test_add_rms_norm_rounds_h_then_normalizes_in_float32(device):
     """H = X + R in X's dtype (R keeps X's dtype), Y = RMSNorm of that H in float32 with W as given."""
     _skip_without(device)
@@ -69,7 +61,7 @@ def test_add_rms_norm_rounds_h_then_normalizes_in_float32(device):
 
 
 @pytest.mark.parametrize("quant_dtype", [3, 17], ids=["int8", "float8_e4m3fn"])
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", DEVICES)
 def test_rms_norm_quant_is_the_float32_computation(device, quant_dtype):
     """Q and Scale of a 16-bit X with a float32 W are those of X upcast to float32 (same W)."""
     _skip_without(device)
@@ -91,7 +83,7 @@ def _as_tuple(result):
 
 
 @pytest.mark.parametrize("op", WEIGHTED, ids=lambda op: op.name)
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", DEVICES)
 def test_out_overloads_write_what_the_op_returns(device, op):
     _skip_without(device)
     x, r, w = _inputs(torch.bfloat16, device)
@@ -113,7 +105,7 @@ def _composed_gradients(op, x, r, w, grads):
 
 
 @pytest.mark.parametrize("op", [o for o in WEIGHTED if o.has_gradient], ids=lambda op: op.name)
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", DEVICES)
 def test_backward_gives_dw_in_float32_as_the_composed_form(device, op):
     _skip_without(device)
     for dtype in HALF[device]:
@@ -153,7 +145,7 @@ def _mixed_samples(device):
     return samples
 
 
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", DEVICES)
 def test_opcheck_on_the_mixed_signature(device):
     _skip_without(device)
     for overload, args, kwargs in _mixed_samples(device):
@@ -194,7 +186,7 @@ def _refusal(op, x_dtype, w_dtype):
     return message
 
 
-@pytest.mark.parametrize("x_dtype, w_dtype", _REFUSED, ids=lambda d: _name(d))
+@pytest.mark.parametrize("x_dtype, w_dtype", _REFUSED, ids=_name)
 @pytest.mark.parametrize("op", WEIGHTED, ids=lambda op: op.name)
 def test_refusals_name_the_op_w_and_the_rule(op, x_dtype, w_dtype):
     """Eager on the CPU (X of a CPU dtype: the C++ check) and on meta (the fake kernel), which
@@ -226,7 +218,7 @@ def test_residual_keeps_x_dtype():
         opforge_torch.add_rms_norm(x, r.float(), w, EPS)
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("device", DEVICES)
 def test_every_dtype_of_x_takes_its_own_dtype_of_w(device):
     """The rule's other half: W of X's dtype, every X dtype of the backend."""
     _skip_without(device)
