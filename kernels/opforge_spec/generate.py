@@ -150,9 +150,12 @@ def ops_math_header() -> str:
 # cuda_ops.cuh).
 FAMILY_LISTS = {"elementwise": "OPFORGE_FOR_EACH_ELEMENTWISE_OP", "gated": "OPFORGE_FOR_EACH_GATED_OP",
                 "row_norm": "OPFORGE_FOR_EACH_ROW_NORM_OP",
-                "residual_row_norm": "OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP"}
+                "residual_row_norm": "OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP",
+                "row_norm_quant": "OPFORGE_FOR_EACH_ROW_NORM_QUANT_OP",
+                "residual_row_norm_quant": "OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_QUANT_OP"}
 FAMILY_BINDINGS = {"elementwise": "ElementwiseKernel", "gated": "GatedKernel", "row_norm": "RowNormKernel",
-                   "residual_row_norm": "ResidualRowNormKernel"}
+                   "residual_row_norm": "ResidualRowNormKernel", "row_norm_quant": "RowNormQuantKernel",
+                   "residual_row_norm_quant": "ResidualRowNormQuantKernel"}
 
 
 def family_lists() -> list:

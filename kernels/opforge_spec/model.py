@@ -164,7 +164,13 @@ def strided(a: np.ndarray) -> np.ndarray:
 FAMILIES = {("elementwise", 1, ("X",), ("Y",)): "elementwise",
             ("rows", 2, ("X",), ("Y",)): "gated",
             ("rows", 1, ("X", "W"), ("Y",)): "row_norm",
-            ("rows", 1, ("X", "R", "W"), ("Y", "H")): "residual_row_norm"}
+            ("rows", 1, ("X", "R", "W"), ("Y", "H")): "residual_row_norm",
+            ("rows", 1, ("X", "W"), ("Q", "Scale")): "row_norm_quant",
+            ("rows", 1, ("X", "R", "W"), ("Q", "Scale", "H")): "residual_row_norm_quant"}
+# The quantized rows' families also need their outputs' rule (OpSpec.quantized_rows): Q of the
+# dtype the enum attribute quant_dtype picks, Scale float32 with one value per row, H of X's; no
+# gradient; the attributes quant_dtype and scale_ub, which the launchers read off the functor.
+QUANT_FAMILIES = ("row_norm_quant", "residual_row_norm_quant")
 
 
 @dataclass
@@ -260,11 +266,26 @@ class OpSpec:
         "elementwise" (any shape, X only), "gated" (X = [A, B] over the last axis), "row_norm"
         (rows of X with a per-column weight W) or "residual_row_norm" (X, a residual R, W; outputs
         Y and H); its math header gives `<Name>Math` for that family and the generator writes its
-        bindings (CONTRIBUTING.md). None: an op of a new shape (outputs of their own dtype or
-        shape, no gradient included), whose bindings are written by hand."""
+        bindings (CONTRIBUTING.md). "row_norm_quant" (X, W -> Q, Scale) and
+        "residual_row_norm_quant" (X, R, W -> Q, Scale, H): the quantized rows, recognized by their
+        tensors and their outputs' rule (quantized_rows). None: an op of a new shape (other
+        outputs of their own dtype or shape, no gradient included), whose bindings are written by
+        hand."""
+        family = FAMILIES.get((self.layout, self.split, tuple(self.inputs), tuple(self.outputs)))
+        if family in QUANT_FAMILIES:
+            return family if self.quantized_rows() else None
         if self.output_dtypes or self.output_shapes or not self.has_gradient:
             return None
-        return FAMILIES.get((self.layout, self.split, tuple(self.inputs), tuple(self.outputs)))
+        return family
+
+    def quantized_rows(self) -> bool:
+        """The outputs' rule of the quantized rows' families: Q's dtype picked by the enum
+        attribute quant_dtype, Scale float32 of shape [..., 1], any other output (H) of X's dtype
+        and shape, no gradient, and a scale_ub attribute (the launchers read both off the op's
+        functor)."""
+        return (not self.has_gradient and self.output_dtypes == {"Q": "quant_dtype", "Scale": "float32"}
+                and self.output_shapes == {"Scale": "row"} and self.quantized_output("Q")
+                and "scale_ub" in self.attributes)
 
     def may_overwrite(self, output: str, input_name: str) -> bool:
         """Whether the .out overload's `output` may be the input `input_name` itself."""

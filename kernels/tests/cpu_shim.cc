@@ -72,23 +72,25 @@ extern "C" void attr_error(const char* op, int index, double value, char* out, s
 }
 
 // Every op of the spec by its index in kOps (spec order), through its binding (cpu_ops.h): the
-// forward over all rows, with the op's attributes (`attrs`, nb_attrs of them). X, R and W in, Y and
-// H out (nullptr where the op has none); -1 for an index past the ops.
+// forward over all rows, with the op's attributes (`attrs`, nb_attrs of them). X, R and W in (nullptr
+// where the op has none), `outputs` its nb_outputs outputs in descriptor order, each of its own
+// dtype (Y[, H]; Q, Scale[, H]); -1 for an index past the ops.
 // TW: W's type, T or float beside a bfloat16 X (a mixed-dtype call: Forward::w_float32).
 template <class T, class TW = T>
-int op_forward(int op, const T* x, const T* r, const TW* w, T* y, T* h, int64_t rows, int64_t cols,
+int op_forward(int op, const T* x, const T* r, const TW* w, void* const* outputs, int64_t rows, int64_t cols,
                const float* attrs) {
   if (op < 0 || op >= int(sizeof k::kOps / sizeof k::kOps[0])) return -1;
   k::AttrValues values;
   for (int32_t i = 0; i < k::kOps[op]->nb_attrs; ++i) values.v[i] = attrs[i];
-  cpu::Forward<T> args{x, nullptr, y, cols, values};
+  cpu::Forward<T> args{x, nullptr, static_cast<T*>(outputs[0]), cols, values};
   if constexpr (std::is_same_v<T, TW>) {
     args.w = w;
   } else {
     args.w_float32 = w;
   }
   args.r = r;
-  args.h = h;
+  if (k::kOps[op]->nb_outputs > 1) args.h = static_cast<T*>(outputs[1]);
+  args.outputs = outputs;
   int found = -1;
 #define OPFORGE_SHIM_FORWARD(Name)                 \
   if (k::kOps[op] == &cpu::Name##Kernel::desc) {   \
@@ -137,9 +139,10 @@ int op_backward(int op, const T* dy, const T* dh, const T* x, const T* r, const 
 }
 
 #define OP_SHIM(T, SUFFIX)                                                                       \
-  extern "C" int op_forward_##SUFFIX(int op, const T* x, const T* r, const T* w, T* y, T* h,     \
-                                     int64_t rows, int64_t cols, const float* attrs) {           \
-    return op_forward<T>(op, x, r, w, y, h, rows, cols, attrs);                                  \
+  extern "C" int op_forward_##SUFFIX(int op, const T* x, const T* r, const T* w,                 \
+                                     void* const* outputs, int64_t rows, int64_t cols,           \
+                                     const float* attrs) {                                       \
+    return op_forward<T>(op, x, r, w, outputs, rows, cols, attrs);                               \
   }                                                                                              \
   extern "C" int op_backward_##SUFFIX(int op, const T* dy, const T* dh, const T* x, const T* r,  \
                                       const T* w, T* dx, T* dr, double* dw, int64_t rows,        \
@@ -149,12 +152,12 @@ int op_backward(int op, const T* dy, const T* dh, const T* x, const T* r, const 
 
 OP_SHIM(float, f32)
 OP_SHIM(double, f64)
-OP_SHIM(k::bfloat16, bf16)  // bfloat16 storage: the quantized op's test by descriptor (test_kernels.py)
+OP_SHIM(k::bfloat16, bf16)  // bfloat16 storage: the quantized ops' tests by descriptor (test_kernels.py)
 
 // A bfloat16 X with a float32 W (test_op_bindings.py: the mixed-dtype call is the float32 one).
 extern "C" int op_forward_bf16_wf32(int op, const k::bfloat16* x, const k::bfloat16* r, const float* w,
-                                    k::bfloat16* y, k::bfloat16* h, int64_t rows, int64_t cols, const float* attrs) {
-  return op_forward<k::bfloat16, float>(op, x, r, w, y, h, rows, cols, attrs);
+                                    void* const* outputs, int64_t rows, int64_t cols, const float* attrs) {
+  return op_forward<k::bfloat16, float>(op, x, r, w, outputs, rows, cols, attrs);
 }
 extern "C" int op_backward_bf16_wf32(int op, const k::bfloat16* dy, const k::bfloat16* dh, const k::bfloat16* x,
                                      const k::bfloat16* r, const float* w, k::bfloat16* dx, k::bfloat16* dr,

@@ -86,23 +86,28 @@ OWN_STORAGE = {"int8": np.int8, "float8_e4m3fn": np.uint8, "float32": np.float32
 
 
 def run_by_descriptor(shim, op, dtype, stored, attrs):
-    """An op whose outputs are not all of X's dtype (RMSNormQuant): its binding through op_forward
-    (by its index in kOps), each output in a buffer of its own dtype, float8 decoded from its bits."""
+    """An op whose outputs are not all of X's dtype (the quantized rows' families: RMSNormQuant,
+    AddRMSNormQuant): its binding through op_forward (by its index in kOps), each output in a buffer
+    of its own dtype (X's storage for H), float8 decoded from its bits, bfloat16 widened."""
     x = stored[0]
     values = {**op.defaults(), **attrs}
     names = {n: op.output_dtype(n, dtype, values) for n in op.outputs}
-    outs = [np.zeros(op.output_shape_of(n, x.shape), OWN_STORAGE[names[n]]) for n in op.outputs]
+    outs = [np.zeros(op.output_shape_of(n, x.shape), OWN_STORAGE.get(names[n], x.dtype)) for n in op.outputs]
     arrays = dict(zip(op.inputs, stored))
     rows = int(np.prod(x.shape[:-1]))  # rows are kept when X's last dim is 0 (shapes.h row_view)
     attr_array = np.array([values[name] for name in op.attributes], np.float32)
     status = getattr(shim, f"op_forward_{STORAGE[dtype][1]}")(
         ctypes.c_int(list(spec.OPS).index(op.name)), ptr(x), ptr(arrays["R"]) if "R" in arrays else None,
-        ptr(arrays["W"]), ptr(outs[0]), ptr(outs[1]), ctypes.c_int64(rows), ctypes.c_int64(x.shape[-1]),
-        ptr(attr_array))
+        ptr(arrays["W"]), (ctypes.c_void_p * len(outs))(*(o.ctypes.data for o in outs)), ctypes.c_int64(rows),
+        ctypes.c_int64(x.shape[-1]), ptr(attr_array))
     assert status == 0, op.name
     from opforge_spec.ops.rms_norm_quant import fp8_e4m3fn_decode
-    return tuple(fp8_e4m3fn_decode(o) if names[n] == "float8_e4m3fn" else o.astype(np.float64)
-                 for n, o in zip(op.outputs, outs))
+
+    def value(name, out):
+        if names[name] == "float8_e4m3fn":
+            return fp8_e4m3fn_decode(out)
+        return (from_storage(dtype, out) if names[name] == dtype else out).astype(np.float64)
+    return tuple(value(n, o) for n, o in zip(op.outputs, outs))
 
 
 def run_op(shim, op, dtype, inputs, attrs):

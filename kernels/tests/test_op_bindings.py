@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import opforge_spec as spec
+from opforge_spec.ops.rms_norm_quant import fp8_e4m3fn_decode
 
 HERE = Path(__file__).parent
 STORAGE = {"float32": (np.float32, "f32"), "float64": (np.float64, "f64")}
@@ -28,8 +29,14 @@ def ptr(a):
     return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
 
 
+def outputs_of(arrays: list):
+    """The shim's `outputs` argument: a C array of the output buffers' addresses."""
+    return (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))
+
+
 def run_forward(shim, op, dtype: str, inputs: tuple, attrs: dict):
-    """The op's outputs (Y, or (Y, H)) from its binding, for contiguous inputs in `dtype`."""
+    """The op's outputs (Y, or (Y, H), or (Q, Scale[, H]) as float64, float8 decoded) from its
+    binding, for contiguous inputs in `dtype`."""
     storage, suffix = STORAGE[dtype]
     arrays = dict(zip(op.inputs, (np.array(a, storage, order="C") for a in inputs)))  # rank 0 kept
     x = arrays["X"]
@@ -37,17 +44,19 @@ def run_forward(shim, op, dtype: str, inputs: tuple, attrs: dict):
         rows, cols = x.size, 1
     else:
         cols = x.shape[-1]
-        rows = x.size // cols if cols else 0
-    outputs = [np.empty(op.output_shape(x.shape), storage)] + [np.empty(x.shape, storage)
-                                                              for _ in op.outputs[1:]]
+        rows = int(np.prod(x.shape[:-1]))  # rows are kept when X's last dim is 0 (shapes.h row_view)
     values = {**op.defaults(), **attrs}
+    names = {n: op.output_dtype(n, dtype, values) for n in op.outputs}
+    outputs = [np.zeros(op.output_shape_of(n, x.shape), NUMPY_STORAGE.get(names[n], storage)) for n in op.outputs]
     attr_array = np.array([values[name] for name in op.attributes] or [0.0], np.float32)
     index = list(spec.OPS).index(op.name)
     status = getattr(shim, f"op_forward_{suffix}")(
-        ctypes.c_int(index), ptr(x), ptr(arrays.get("R")), ptr(arrays.get("W")), ptr(outputs[0]),
-        ptr(outputs[1] if len(outputs) > 1 else None), ctypes.c_int64(rows), ctypes.c_int64(cols),
-        ptr(attr_array))
+        ctypes.c_int(index), ptr(x), ptr(arrays.get("R")), ptr(arrays.get("W")), outputs_of(outputs),
+        ctypes.c_int64(rows), ctypes.c_int64(cols), ptr(attr_array))
     assert status == 0, f"opforge.{op.name}: no CPU binding reached by its index {index} in kOps"
+    if op.output_dtypes:
+        outputs = [fp8_e4m3fn_decode(o) if names[n] == "float8_e4m3fn" else o.astype(np.float64)
+                   for n, o in zip(op.outputs, outputs)]
     return tuple(outputs) if len(outputs) > 1 else outputs[0]
 
 
@@ -59,7 +68,8 @@ def family_ops():
 def test_every_op_has_a_family_or_its_own_binding():
     """The spec's families are the kernels' launcher families (cpu_ops.h)."""
     assert {op.family for op in spec.OPS.values()} <= {None, "elementwise", "gated", "row_norm",
-                                                       "residual_row_norm"}
+                                                       "residual_row_norm", "row_norm_quant",
+                                                       "residual_row_norm_quant"}
 
 
 @pytest.mark.parametrize("dtype", list(STORAGE))
@@ -67,7 +77,7 @@ def test_every_op_has_a_family_or_its_own_binding():
 def test_binding_matches_reference(shim, op, dtype):
     for case in op.cases(dtype):
         got = run_forward(shim, op, dtype, case.inputs, case.attrs)
-        op.check_close(got, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name)
+        op.check_close(got, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name, case.attrs)
 
 
 def run_backward(shim, op, inputs: dict, dy, dh=None):
@@ -87,7 +97,7 @@ def run_backward(shim, op, inputs: dict, dy, dh=None):
     return dx, dw
 
 
-@pytest.mark.parametrize("op", family_ops())
+@pytest.mark.parametrize("op", [p for p in family_ops() if p.values[0].has_gradient])
 def test_binding_backward_matches_the_float64_gradient(shim, op):
     """dX (and dW) in float64 against kernel_checks' gradients: the row families' formulas, the
     reference's central differences for the others (their own formulas for opforge's ops)."""
@@ -119,7 +129,7 @@ def assert_close(got, want, scale, rtol, label):
 
 def test_an_index_past_the_ops_is_refused(shim):
     x = np.zeros(4, np.float32)
-    status = shim.op_forward_f32(ctypes.c_int(len(spec.OPS)), ptr(x), None, None, ptr(x), None,
+    status = shim.op_forward_f32(ctypes.c_int(len(spec.OPS)), ptr(x), None, None, outputs_of([x]),
                                  ctypes.c_int64(4), ctypes.c_int64(1), ptr(np.zeros(1, np.float32)))
     assert status == -1
 
@@ -153,18 +163,19 @@ def run_forward_as(shim, op, x_dtype: str, suffix: str, arrays: dict, attrs: dic
     attr_array = np.array([values[name] for name in op.attributes] or [0.0], np.float32)
     status = getattr(shim, f"op_forward_{suffix}")(
         ctypes.c_int(list(spec.OPS).index(op.name)), ptr(x), ptr(arrays.get("R")), ptr(arrays["W"]),
-        ptr(outputs[0]), ptr(outputs[1] if len(outputs) > 1 else None),
-        ctypes.c_int64(int(np.prod(x.shape[:-1]))), ctypes.c_int64(x.shape[-1]), ptr(attr_array))
+        outputs_of(outputs), ctypes.c_int64(int(np.prod(x.shape[:-1]))), ctypes.c_int64(x.shape[-1]), ptr(attr_array))
     assert status == 0
     return outputs
 
 
-def float32_twin(op, x32: np.ndarray, r32) -> dict:
-    """The float32 call a mixed one must equal: a residual op's H rounded to bfloat16 first (its
-    kernels round H to X's dtype before normalizing it), R then zero."""
+def float32_twin(shim, op, x32: np.ndarray, r32, w: np.ndarray, attrs: dict) -> dict:
+    """The float32 call a mixed one must equal: a residual op's H (the float32 call's, the op's own
+    sum) rounded to bfloat16 first (its kernels round H to X's dtype before normalizing it), R
+    then zero."""
     if r32 is None:
         return {"X": x32}
-    h = from_bfloat16_bits(to_bfloat16_bits(x32 + r32))
+    h32 = run_forward_as(shim, op, "float32", "f32", {"X": x32, "R": r32, "W": w}, attrs)[op.outputs.index("H")]
+    h = from_bfloat16_bits(to_bfloat16_bits(h32))
     return {"X": h, "R": np.zeros_like(h)}
 
 
@@ -182,11 +193,14 @@ def test_bfloat16_x_with_float32_w_is_the_float32_computation(shim, op):
         w = np.ascontiguousarray(named["W"], np.float32)
         mixed = run_forward_as(shim, op, "bfloat16", "bf16_wf32",
                                {"X": x_bits, "R": r_bits, "W": w}, case.attrs)
-        twin = float32_twin(op, from_bfloat16_bits(x_bits), None if r_bits is None else from_bfloat16_bits(r_bits))
+        twin = float32_twin(shim, op, from_bfloat16_bits(x_bits),
+                            None if r_bits is None else from_bfloat16_bits(r_bits), w, case.attrs)
         want = run_forward_as(shim, op, "float32", "f32", {**twin, "W": w}, case.attrs)
         for name, got, expected in zip(op.outputs, mixed, want):
             if got.dtype == np.uint16:  # X's dtype: the float32 value rounded to bfloat16
                 got, expected = from_bfloat16_bits(got), from_bfloat16_bits(to_bfloat16_bits(expected))
+            elif op.output_dtype(name, "bfloat16", case.attrs) == "float8_e4m3fn":  # -0 is 0 (the twin's R = +0)
+                got, expected = fp8_e4m3fn_decode(got), fp8_e4m3fn_decode(expected)
             np.testing.assert_array_equal(got, expected, err_msg=f"opforge.{op.name} {case.name} {name}")
         checked += 1
     assert checked >= 5, f"opforge.{op.name}: only {checked} finite cases"

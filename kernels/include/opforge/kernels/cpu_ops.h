@@ -9,6 +9,7 @@
 
 #include "opforge/kernels/cpu.h"
 #include "opforge/kernels/functor.h"
+#include "opforge/kernels/quant_rows_cpu.h"
 #include "opforge/kernels/shapes.h"
 
 namespace opforge::kernels::cpu {
@@ -103,10 +104,43 @@ struct ResidualRowNormKernel {
   }
 };
 
+// The quantized rows' families (quant_rows_cpu.h): Q, Scale (and H) from Forward::outputs, each of
+// its own dtype; the op's functor from its attributes (functor.h).
+template <const OpDesc& Desc, class Math>
+struct RowNormQuantKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Norm = Math;
+  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+  template <class T>
+  static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
+    float* scale = static_cast<float*>(a.outputs[1]);
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      if (a.w_float32 != nullptr)
+        return row_norm_quant_forward<T>(a.x, a.w_float32, a.outputs[0], scale, r0, r1, a.cols, norm(a.attrs));
+    }
+    row_norm_quant_forward<T>(a.x, a.w, a.outputs[0], scale, r0, r1, a.cols, norm(a.attrs));
+  }
+};
+
+template <const OpDesc& Desc, class Math>
+struct ResidualRowNormQuantKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Norm = Math;
+  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+  template <class T>
+  static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
+    float* scale = static_cast<float*>(a.outputs[1]);
+    T* h = static_cast<T*>(a.outputs[2]);
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      if (a.w_float32 != nullptr)
+        return residual_row_norm_quant_forward<T>(a.x, a.r, a.w_float32, a.outputs[0], scale, h, r0, r1, a.cols,
+                                                  norm(a.attrs));
+    }
+    residual_row_norm_quant_forward<T>(a.x, a.r, a.w, a.outputs[0], scale, h, r0, r1, a.cols, norm(a.attrs));
+  }
+};
+
 // SwishKernel, RMSNormKernel, ...: every op of a launcher family (generated from the spec).
 #include "opforge/kernels/ops_bindings_generated.h"
 
 }  // namespace opforge::kernels::cpu
-
-// RMSNormQuantKernel: the quantized-rows launch shape (an op of its own shape writes its binding).
-#include "opforge/kernels/quant_rows_cpu.h"

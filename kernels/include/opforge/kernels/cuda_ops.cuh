@@ -6,6 +6,7 @@
 #include "opforge/kernels/attrs.h"
 #include "opforge/kernels/cuda.cuh"
 #include "opforge/kernels/functor.h"
+#include "opforge/kernels/quant_rows_cuda.cuh"
 #include "opforge/kernels/shapes.h"
 
 namespace opforge::kernels::cuda {
@@ -95,15 +96,41 @@ struct ResidualRowNormKernel {
   }
 };
 
+// The quantized rows' families (quant_rows_cuda.cuh): Q, Scale (and H) from Forward::outputs, each
+// of its own dtype; the op's functor from its attributes (functor.h).
+template <const OpDesc& Desc, class Math>
+struct RowNormQuantKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Norm = Math;
+  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+  template <class T>
+  static cudaError_t forward(const Forward<T>& a, cudaStream_t stream) {
+    float* scale = static_cast<float*>(a.outputs[1]);
+    if (a.w_float32 != nullptr)
+      return row_norm_quant_forward<T>(a.x, a.w_float32, a.outputs[0], scale, a.rows, a.cols, norm(a.attrs), stream);
+    return row_norm_quant_forward<T>(a.x, a.w, a.outputs[0], scale, a.rows, a.cols, norm(a.attrs), stream);
+  }
+};
+
+template <const OpDesc& Desc, class Math>
+struct ResidualRowNormQuantKernel {
+  static constexpr const OpDesc& desc = Desc;
+  using Norm = Math;
+  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+  template <class T>
+  static cudaError_t forward(const Forward<T>& a, cudaStream_t stream) {
+    float* scale = static_cast<float*>(a.outputs[1]);
+    T* h = static_cast<T*>(a.outputs[2]);
+    if (a.w_float32 != nullptr)
+      return residual_row_norm_quant_forward<T>(a.x, a.r, a.w_float32, a.outputs[0], scale, h, a.rows, a.cols,
+                                                norm(a.attrs), stream);
+    return residual_row_norm_quant_forward<T>(a.x, a.r, a.w, a.outputs[0], scale, h, a.rows, a.cols, norm(a.attrs),
+                                              stream);
+  }
+};
+
 // SwishKernel, RMSNormKernel, ...: every op of a launcher family (generated from the spec).
 #include "opforge/kernels/ops_bindings_generated.h"
-
-}  // namespace opforge::kernels::cuda
-
-// RMSNormQuantKernel: the quantized-rows launch shape (an op of its own shape writes its binding).
-#include "opforge/kernels/quant_rows_cuda.cuh"
-
-namespace opforge::kernels::cuda {
 
 // Every op's forward kernel, by descriptor: what a runtime plugin launches from untyped buffers.
 // cudaErrorInvalidValue for an op without a CUDA kernel here.
@@ -115,7 +142,7 @@ cudaError_t forward_of(const OpDesc& op, const Forward<T>& args, cudaStream_t s)
 }
 
 // inputs: the op's op.nb_inputs tensors in its descriptor's order (X[, R][, W]); outputs: its
-// op.nb_outputs (Y[, H]). [rows, cols] is X's row view. weight_float32: W is float32 beside a
+// op.nb_outputs (Y[, H]; Q, Scale[, H]), each of its own dtype. [rows, cols] is X's row view. weight_float32: W is float32 beside a
 // 16-bit X (shapes.h weight_dtype_ok).
 template <class T>
 cudaError_t forward_by_desc(const OpDesc& op, const void* const* inputs, void* const* outputs, int64_t rows,
@@ -127,6 +154,7 @@ cudaError_t forward_by_desc(const OpDesc& op, const void* const* inputs, void* c
   if (weight && weight_float32) args.w_float32 = static_cast<const float*>(inputs[op.nb_inputs - 1]);
   if (has_residual(op)) args.r = input(1);
   if (op.nb_outputs > 1) args.h = static_cast<T*>(outputs[1]);
+  args.outputs = outputs;
 #define OPFORGE_CUDA_KERNEL(Name) , Name##Kernel
   return forward_of<T OPFORGE_FOR_EACH_OP(OPFORGE_CUDA_KERNEL)>(op, args, s);
 #undef OPFORGE_CUDA_KERNEL

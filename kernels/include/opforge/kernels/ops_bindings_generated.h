@@ -7,3 +7,4 @@ using RMSNormKernel = RowNormKernel<kRMSNormOp, RMSNormMath>;
 using SwiGLUKernel = GatedKernel<kSwiGLUOp, SwiGLUMath>;
 using GeGLUKernel = GatedKernel<kGeGLUOp, GeGLUMath>;
 using AddRMSNormKernel = ResidualRowNormKernel<kAddRMSNormOp, AddRMSNormMath>;
+using RMSNormQuantKernel = RowNormQuantKernel<kRMSNormQuantOp, RMSNormQuantMath>;

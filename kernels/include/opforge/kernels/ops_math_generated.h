@@ -14,3 +14,5 @@
 #define OPFORGE_FOR_EACH_GATED_OP(X) X(SwiGLU, swiglu) X(GeGLU, geglu)
 #define OPFORGE_FOR_EACH_ROW_NORM_OP(X) X(RMSNorm, rms_norm)
 #define OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP(X) X(AddRMSNorm, add_rms_norm)
+#define OPFORGE_FOR_EACH_ROW_NORM_QUANT_OP(X) X(RMSNormQuant, rms_norm_quant)
+#define OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_QUANT_OP(X)

@@ -1,8 +1,10 @@
-// The quantized-rows launch shape on CUDA (RMSNormQuant), the twin of quant_rows_cpu.h: one block
-// of kQuantThreads per row (grid-stride over rows), the row's sum of squares and max|Y| reduced in
-// float32 across the block (every thread gets the same totals), then Q and the row's scale with
-// ops/rms_norm_quant.h's math. Y is recomputed in each pass from X and W.
-// Included by cuda_ops.cuh before forward_by_desc: RMSNormQuantKernel is the op's binding.
+// The quantized rows' launcher families on CUDA, the twin of quant_rows_cpu.h: row_norm_quant (X,
+// W -> Q, Scale: RMSNormQuant) and residual_row_norm_quant (X, R, W -> Q, Scale, H:
+// AddRMSNormQuant). One block of kQuantThreads per row (grid-stride over rows), the row's sum of
+// squares and max|Y| reduced in float32 across the block (every thread gets the same totals), then
+// Q and the row's scale with ops/rms_norm_quant.h's math and the op's functor (inverse, quant_dtype,
+// scale_ub; sum for the residual family). Y is recomputed in each pass from X (or H) and W.
+// Their bindings (RowNormQuantKernel, ResidualRowNormQuantKernel) are cuda_ops.cuh's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,7 +13,7 @@
 
 #include <cstdint>
 
-#include "opforge/kernels/cuda_ops.cuh"  // Forward (cuda_ops.cuh includes this file)
+#include "opforge/kernels/cuda.cuh"
 #include "opforge/kernels/math.h"
 
 namespace opforge::kernels::cuda {
@@ -44,26 +46,38 @@ __device__ __forceinline__ float quant_value(const T* xr, const TW* w, float inv
   return quant_load(xr[j]) * inv * quant_load(w[j]);
 }
 
-template <class T, class TW>
+// kResidual: the row is H = norm.sum(X, R) rounded to T, written to h in the first pass (each
+// element of X and R read by the thread that writes H's, so h may be r) and read back after the
+// block's barrier; r and h are unused otherwise.
+template <class T, class TW, bool kResidual, class Norm>
 __global__ void __launch_bounds__(kQuantThreads)
-    rms_norm_quant_kernel(const T* x, const TW* w, void* q, float* scale, int64_t rows, int64_t cols, float eps,
-                          bool fp8, float scale_ub) {
+    quant_rows_kernel(const T* x, const T* r, const TW* w, void* q, float* scale, T* h, int64_t rows, int64_t cols,
+                      Norm norm) {
   __shared__ float warps[kQuantThreads / 32];
+  const bool fp8 = quant_fp8(norm);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
     float sum = 0.0f;
     for (int64_t j = threadIdx.x; j < cols; j += kQuantThreads) {
-      const float v = quant_load(xr[j]);
+      float v;
+      if constexpr (kResidual) {
+        const T hv = detail::from_float<T>(norm.sum(quant_load(xr[j]), quant_load(r[row * cols + j])));
+        h[row * cols + j] = hv;
+        v = quant_load(hv);
+      } else {
+        v = quant_load(xr[j]);
+      }
       sum += v * v;
     }
-    sum = block_reduce<false>(sum, warps);
-    const float inv = rms_inverse(cols == 0 ? 0.0f : sum / static_cast<float>(cols), eps);
+    sum = block_reduce<false>(sum, warps);  // its barrier also makes H's row visible to the block
+    if constexpr (kResidual) xr = h + row * cols;
+    const float inv = norm.inverse(cols == 0 ? 0.0f : sum / static_cast<float>(cols));
     float amax = 0.0f;
     for (int64_t j = threadIdx.x; j < cols; j += kQuantThreads) {
       const float a = fabsf(quant_value(xr, w, inv, j));
       amax = a > amax ? a : amax;
     }
-    const float s = quant_scale(block_reduce<true>(amax, warps), scale_ub, fp8);
+    const float s = quant_scale(block_reduce<true>(amax, warps), norm.scale_ub, fp8);
     if (threadIdx.x == 0) scale[row] = s;
     if (fp8) {
       uint8_t* qr = static_cast<uint8_t*>(q) + row * cols;
@@ -76,35 +90,34 @@ __global__ void __launch_bounds__(kQuantThreads)
   }
 }
 
-}  // namespace quant_detail
-
-// RMSNormQuant of a contiguous [rows, cols] X on `stream`: Q (int8, or float8 e4m3fn bits when
-// fp8) and the rows' float32 scales. Rows with cols == 0 get their scale too. W is T, or float
-// with a 16-bit X.
-template <class T, class TW>
-cudaError_t rms_norm_quant_forward(const T* x, const TW* w, void* q, float* scale, int64_t rows, int64_t cols,
-                                   float eps, bool fp8, float scale_ub, cudaStream_t stream) {
+template <bool kResidual, class T, class TW, class Norm>
+cudaError_t launch_quant_rows(const T* x, const T* r, const TW* w, void* q, float* scale, T* h, int64_t rows,
+                              int64_t cols, const Norm& norm, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond
   const unsigned blocks = static_cast<unsigned>(rows < max_blocks ? rows : max_blocks);
-  quant_detail::rms_norm_quant_kernel<T, TW><<<blocks, quant_detail::kQuantThreads, 0, stream>>>(
-      x, w, q, scale, rows, cols, eps, fp8, scale_ub);
+  quant_rows_kernel<T, TW, kResidual, Norm><<<blocks, kQuantThreads, 0, stream>>>(x, r, w, q, scale, h, rows, cols,
+                                                                                 norm);
   return cudaGetLastError();
 }
 
-// The op's binding (cuda_ops.cuh's calling convention): attributes epsilon, quant_dtype, scale_ub;
-// outputs Q and Scale from Forward::outputs (a layer that has not set it passes them as y and h).
-struct RMSNormQuantKernel {
-  static constexpr const OpDesc& desc = kRMSNormQuantOp;
-  template <class T>
-  static cudaError_t forward(const Forward<T>& a, cudaStream_t stream) {
-    void* q = a.outputs != nullptr ? a.outputs[0] : static_cast<void*>(a.y);
-    float* scale = static_cast<float*>(a.outputs != nullptr ? a.outputs[1] : static_cast<void*>(a.h));
-    const bool fp8 = static_cast<int32_t>(a.attrs[1]) == kQuantFloat8E4M3FN;
-    if (a.w_float32 != nullptr)
-      return rms_norm_quant_forward<T>(a.x, a.w_float32, q, scale, a.rows, a.cols, a.attrs[0], fp8, a.attrs[2], stream);
-    return rms_norm_quant_forward<T>(a.x, a.w, q, scale, a.rows, a.cols, a.attrs[0], fp8, a.attrs[2], stream);
-  }
-};
+}  // namespace quant_detail
+
+// The row_norm_quant family on a contiguous [rows, cols] X on `stream`: Q (int8, or float8 e4m3fn
+// bits by norm.quant_dtype) and the rows' float32 scales. Rows with cols == 0 get their scale too.
+// W is T, or float with a 16-bit X.
+template <class T, class TW, class Norm>
+cudaError_t row_norm_quant_forward(const T* x, const TW* w, void* q, float* scale, int64_t rows, int64_t cols,
+                                   const Norm& norm, cudaStream_t stream) {
+  return quant_detail::launch_quant_rows<false>(x, static_cast<const T*>(nullptr), w, q, scale,
+                                                static_cast<T*>(nullptr), rows, cols, norm, stream);
+}
+
+// The residual_row_norm_quant family: the same of H = norm.sum(X, R) rounded to T, written to h.
+template <class T, class TW, class Norm>
+cudaError_t residual_row_norm_quant_forward(const T* x, const T* r, const TW* w, void* q, float* scale, T* h,
+                                            int64_t rows, int64_t cols, const Norm& norm, cudaStream_t stream) {
+  return quant_detail::launch_quant_rows<true>(x, r, w, q, scale, h, rows, cols, norm, stream);
+}
 
 }  // namespace opforge::kernels::cuda

@@ -1,14 +1,16 @@
-// RMSNormQuant's math (host and device): a row's scale from its max|Y| and the quantization of one
-// float32 value by it (round half to even, saturate) to int8 or to float8 e4m3fn bits; the spec
-// module (opforge_spec/ops/rms_norm_quant.py) says why each step is where it is. Launch shape: its
-// own, quantized rows (rms_norm_quant_cpu.h, rms_norm_quant_cuda.cuh: one pass for the row's
-// inverse root mean square, one for its max|Y|, one writing Q).
+// RMSNormQuant's math (host and device): its functor RMSNormQuantMath (family row_norm_quant:
+// quant_rows_cpu.h's and quant_rows_cuda.cuh's launchers, one pass for the row's inverse root mean
+// square, one for its max|Y|, one writing Q), and the quantization shared by the quantized rows'
+// families: a row's scale from its max|Y| and the quantization of one float32 value by it (round
+// half to even, saturate) to int8 or to float8 e4m3fn bits. The spec module
+// (opforge_spec/ops/rms_norm_quant.py) says why each step is where it is.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #include "opforge/kernels/math.h"  // the shared math; it includes this file
+#include "opforge/kernels/ops/rms_norm.h"  // rms_inverse
 
 // OPFORGE_GATE_HD (math.h): always inlined on the host too, so the CPU loops calling these vectorize
 // (a call in the loop body kept GCC from it: "statement clobbers memory").
@@ -90,6 +92,24 @@ OPFORGE_GATE_HD uint8_t quant_fp8_bits(float y, float scale) {
   const uint32_t subnormal = static_cast<uint32_t>(round_half_even(quant_float_of(a) * 512.0f));
   const uint32_t code = a >= 0x3c800000u ? normal : subnormal;  // 0x3c800000: 2^-6
   return static_cast<uint8_t>(nan ? 0x7fu : (sign | code));
+}
+
+// The row_norm_quant family's functor, its attributes as members: inverse(mean_square) is the row's
+// scale as RMSNorm's (Y = X * inverse * W in float32), quant_dtype (kQuantInt8 or
+// kQuantFloat8E4M3FN) Q's dtype and scale_ub the bound on max|Y| (0: none), both read by the
+// launchers.
+struct RMSNormQuantMath {
+  float eps;
+  float quant_dtype;
+  float scale_ub;
+  template <class C>
+  OPFORGE_HD C inverse(C mean_square) const { return rms_inverse(mean_square, C(eps)); }
+};
+
+// Whether a quantized-rows functor's Q is float8 e4m3fn (else int8).
+template <class Norm>
+OPFORGE_HD bool quant_fp8(const Norm& norm) {
+  return static_cast<int32_t>(norm.quant_dtype) == kQuantFloat8E4M3FN;
 }
 
 }  // namespace opforge::kernels
