@@ -6,14 +6,16 @@
 namespace opforge_trt::cuda {
 namespace kc = opforge::kernels::cuda;
 
-cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* const* inputs,
+cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, bool w_float32, const void* const* inputs,
                     void* const* outputs, int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs,
                     cudaStream_t s) {
   switch (type) {
-    case Element::kFloat: return kc::forward_by_desc<float>(op, inputs, outputs, rows, cols, attrs, s);
-    case Element::kHalf: return kc::forward_by_desc<__half>(op, inputs, outputs, rows, cols, attrs, s);
+    case Element::kFloat:
+      if (w_float32) break;  // float32 X: W is float32 already, never a mixed call
+      return kc::forward_by_desc<float>(op, inputs, outputs, rows, cols, attrs, s);
+    case Element::kHalf: return kc::forward_by_desc<__half>(op, inputs, outputs, rows, cols, attrs, s, w_float32);
     case Element::kBFloat16:
-      return kc::forward_by_desc<__nv_bfloat16>(op, inputs, outputs, rows, cols, attrs, s);
+      return kc::forward_by_desc<__nv_bfloat16>(op, inputs, outputs, rows, cols, attrs, s, w_float32);
   }
   return cudaErrorInvalidValue;
 }

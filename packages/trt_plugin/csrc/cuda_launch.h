@@ -14,8 +14,9 @@ namespace opforge_trt::cuda {
 enum class Element { kFloat, kHalf, kBFloat16 };
 
 // The outputs of `op` (its descriptor's order: Y[, H]) from its inputs (X[, R][, W]), X viewed as
-// [rows, cols] (shapes.h RowView).
-cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, const void* const* inputs,
+// [rows, cols] (shapes.h RowView); w_float32: W is float32 with a kHalf / kBFloat16 X (a
+// mixed-dtype call).
+cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, bool w_float32, const void* const* inputs,
                     void* const* outputs, int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs,
                     cudaStream_t stream);
 

@@ -46,6 +46,23 @@ std::string type_name(DataType type) {
 
 constexpr char kSupportedTypes[] = "float32, float16 or bfloat16 tensor";
 
+// A TensorRT type as its ONNX element type (attrs.h ElemType: ONNX TensorProto codes), for the
+// shared dtype rules (shapes.h weight_dtype_error).
+kernels::ElemType to_elem_type(DataType type) {
+  switch (type) {
+    case DataType::kFLOAT: return kernels::ElemType::kFloat32;
+    case DataType::kHALF: return kernels::ElemType::kFloat16;
+    case DataType::kBF16: return kernels::ElemType::kBFloat16;
+    case DataType::kINT8: return kernels::ElemType::kInt8;
+    case DataType::kFP8: return kernels::ElemType::kFloat8E4M3FN;
+    case DataType::kUINT8: return static_cast<kernels::ElemType>(2);  // ONNX UINT8
+    case DataType::kINT32: return static_cast<kernels::ElemType>(6);  // ONNX INT32
+    case DataType::kINT64: return static_cast<kernels::ElemType>(7);  // ONNX INT64
+    case DataType::kBOOL: return static_cast<kernels::ElemType>(9);   // ONNX BOOL
+    default: return kernels::ElemType::kLikeX;  // none of ONNX's (a message names it "dtype code 0")
+  }
+}
+
 // An output's TensorRT type from its element type (attrs.h ElemType; kLikeX: X's). false: a type
 // TensorRT has no plugin tensor for (float64).
 bool to_data_type(kernels::ElemType elem, DataType x_type, DataType* out) {
@@ -148,17 +165,34 @@ int32_t Plugin::getOutputDataTypes(DataType* outputTypes, int32_t nbOutputs, con
     report(spec_->name, "X", kSupportedTypes, type_name(inputTypes[0]) + " tensor");
     return -1;
   }
-  for (int32_t i = 1; i < nbInputs; ++i) {
-    if (inputTypes[i] != inputTypes[0]) {
-      report(spec_->name, nth_name(spec_->inputs, i), type_name(inputTypes[0]) + " tensor (same dtype as X)",
-             type_name(inputTypes[i]) + " tensor");
-      return -1;
-    }
-  }
+  for (int32_t i = 1; i < nbInputs; ++i)
+    if (check_input_type(i, inputTypes[0], inputTypes[i]) != 0) return -1;
   for (int32_t i = 0; i < nbOutputs; ++i) {
     if (!output_type(i, inputTypes[0], &outputTypes[i])) return -1;
   }
   return 0;
+}
+
+bool Plugin::is_weight(int32_t i) const noexcept { return kernels::has_weight(*spec_) && i == spec_->nb_inputs - 1; }
+
+// W: X's type, or float32 with a 16-bit X (shapes.h weight_dtype_ok); R: X's type.
+bool Plugin::input_type_ok(int32_t i, DataType x_type, DataType type) const noexcept {
+  if (is_weight(i)) return kernels::weight_dtype_ok(to_elem_type(x_type), to_elem_type(type));
+  return type == x_type;
+}
+
+int32_t Plugin::check_input_type(int32_t i, DataType x_type, DataType type) const noexcept {
+  if (input_type_ok(i, x_type, type)) return 0;
+  try {
+    if (is_weight(i))
+      log(nvinfer1::ILogger::Severity::kERROR,
+          kernels::weight_dtype_error(*spec_, to_elem_type(x_type), to_elem_type(type)));
+    else
+      report(spec_->name, nth_name(spec_->inputs, i), type_name(x_type) + " tensor (same dtype as X)",
+             type_name(type) + " tensor");
+  } catch (...) {  // std::string allocation: never let it cross into TensorRT
+  }
+  return -1;
 }
 
 bool Plugin::output_type(int32_t i, DataType x_type, DataType* out) const noexcept {
@@ -226,8 +260,8 @@ bool Plugin::supportsFormatCombination(int32_t pos, const nvinfer1::DynamicPlugi
   const nvinfer1::PluginTensorDesc& desc = inOut[pos].desc;
   if (desc.format != TensorFormat::kLINEAR) return false;
   cuda::Element element;
-  if (pos < nbInputs) {  // X of a kernel type; every other input takes X's type
-    return to_element(desc.type, &element) && (pos == 0 || desc.type == inOut[0].desc.type);
+  if (pos < nbInputs) {  // X of a kernel type; W X's type or float32 with a 16-bit X, R X's type
+    return pos == 0 ? to_element(desc.type, &element) : input_type_ok(pos, inOut[0].desc.type, desc.type);
   }
   // an output: X's type, its fixed type, or the type its attribute picks (int8, fp8)
   DataType wanted;
@@ -265,6 +299,8 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
     report(spec_->name, "X", kSupportedTypes, type_name(inputDesc[0].type) + " tensor");
     return -1;
   }
+  for (int32_t i = 1; i < spec_->nb_inputs; ++i)  // the kernels read W as X's type or float32
+    if (check_input_type(i, inputDesc[0].type, inputDesc[i].type) != 0) return -1;
   // The kernels index R and W by X's dims: shapes TensorRT only learns at runtime are checked
   // here too, before any launch.
   if (check_dims(inputDesc) != 0) return -1;
@@ -277,8 +313,11 @@ int32_t Plugin::enqueue(const nvinfer1::PluginTensorDesc* inputDesc, const nvinf
     log(nvinfer1::ILogger::Severity::kERROR, std::string("opforge.") + spec_->name + ": " + arch);
     return -1;
   }
-  // inputs X[, R][, W] and outputs Y[, H], in the descriptor's order, as TensorRT hands them over
-  const cudaError_t status = cuda::forward(*spec_, element, inputs, outputs, v.rows, v.cols, attrs_, stream);
+  // inputs X[, R][, W] and outputs Y[, H], in the descriptor's order, as TensorRT hands them over; W
+  // float32 with a 16-bit X (supportsFormatCombination allowed no other W of another type)
+  const bool w_float32 = kernels::has_weight(*spec_) && inputDesc[spec_->nb_inputs - 1].type != inputDesc[0].type;
+  const cudaError_t status =
+      cuda::forward(*spec_, element, w_float32, inputs, outputs, v.rows, v.cols, attrs_, stream);
   if (status != cudaSuccess) {
     report(spec_->name, "CUDA kernel launch", "cudaSuccess",
            std::string(cudaGetErrorName(status)) + " (" + cudaGetErrorString(status) + ")");

@@ -73,6 +73,11 @@ class Plugin final : public nvinfer1::IPluginV3,
   int32_t check_dims(const nvinfer1::Dims* inputs) const noexcept;
   int32_t check_dims(const nvinfer1::PluginTensorDesc* inputs) const noexcept;
   int32_t check_counts(int32_t nbInputs, int32_t nbOutputs) const noexcept;
+  bool is_weight(int32_t i) const noexcept;
+  // Input i > 0's type rule for X's type (W: X's, or float32 with a 16-bit X; R: X's).
+  bool input_type_ok(int32_t i, nvinfer1::DataType x_type, nvinfer1::DataType type) const noexcept;
+  // 0, or reports why input i may not have `type` and returns -1.
+  int32_t check_input_type(int32_t i, nvinfer1::DataType x_type, nvinfer1::DataType type) const noexcept;
   // Output i's type for X's type and this plugin's attributes; false: reported.
   bool output_type(int32_t i, nvinfer1::DataType x_type, nvinfer1::DataType* out) const noexcept;
   nvinfer1::DimsExprs output_dims(int32_t i, const nvinfer1::DimsExprs& x, nvinfer1::IExprBuilder& builder) const noexcept;

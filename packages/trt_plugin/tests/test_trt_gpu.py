@@ -54,26 +54,45 @@ def _output_shapes(op, x_shape) -> list:
     return [tuple(op.output_shape_of(name, x_shape)) for name in op.outputs]
 
 
-def _run(host, tmp_path, op, dtype, case):
-    """The op's outputs (one array, or a tuple Y, H) from one enqueue, and the float64 reference."""
+def _run(host, tmp_path, op, dtype, case, w_dtype=None):
+    """The op's outputs (one array, or a tuple Y, H) from one enqueue, and the float64 reference
+    (w_dtype: W's dtype, if not X's: the reference takes W as the kernel got it)."""
     attrs = ",".join(f"{name}={float(value)!r}" for name, value in case.attrs.items()) or "-"
     outs = [tmp_path / f"{name}.bin" for name in op.outputs]
-    args = [str(host), opforge_trt.library_path(), "run", op.name, str(TRT_TYPES[dtype]), attrs,
+    dtypes = [w_dtype if name == "W" and w_dtype else dtype for name in op.inputs]
+    args = [str(host), opforge_trt.library_path(), "run", op.name, ",".join(str(TRT_TYPES[t]) for t in dtypes), attrs,
             ",".join(map(str, outs))]
-    for name, a in zip(op.inputs, case.inputs):
+    inputs = list(case.inputs)
+    for i, (name, a, input_dtype) in enumerate(zip(op.inputs, case.inputs, dtypes)):
         path = tmp_path / f"{name}.bin"
-        path.write_bytes(_to_bytes(a, dtype))
+        path.write_bytes(_to_bytes(a, input_dtype))
         args += [str(path), ",".join(str(d) for d in np.shape(a))]
+        if input_dtype != dtype:
+            inputs[i] = np.asarray(a, input_dtype).astype(np.float64)
     run = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     dtypes = [op.output_dtype(name, dtype, case.attrs) for name in op.outputs]  # X's, or the output's own
     got = tuple(_from_bytes(out.read_bytes(), out_dtype, shape)
                 for out, out_dtype, shape in zip(outs, dtypes, _output_shapes(op, np.shape(case.inputs[0]))))
-    return got[0] if len(got) == 1 else got, op.reference(*case.inputs, **case.attrs)
+    return got[0] if len(got) == 1 else got, op.reference(*inputs, **case.attrs)
 
 
 @pytest.mark.parametrize("op,dtype,case", _cases())
 def test_gpu_matches_the_spec(gpu_host, tmp_path, op, dtype, case):
     """Every op of the spec, every case, each output (Y[, H]) against the float64 reference."""
     actual, expected = _run(gpu_host, tmp_path, op, dtype, case)
+    op.check_close(actual, expected, dtype, case.inputs, case.name, attrs=case.attrs)
+
+
+def _mixed_cases():
+    return [pytest.param(op, dtype, case, id=f"{op.name}-{dtype}-{case.name}") for op in spec.OPS.values()
+            if "W" in op.inputs for dtype in ("float16", "bfloat16") for case in op.cases(dtype)
+            if not case.non_contiguous]
+
+
+@pytest.mark.parametrize("op,dtype,case", _mixed_cases())
+def test_gpu_float32_w_with_a_16_bit_x(gpu_host, tmp_path, op, dtype, case):
+    """A float32 W beside a float16/bfloat16 X (a mixed-dtype call): the float32 computation with
+    W as given, each output of its own type."""
+    actual, expected = _run(gpu_host, tmp_path, op, dtype, case, w_dtype="float32")
     op.check_close(actual, expected, dtype, case.inputs, case.name, attrs=case.attrs)

@@ -177,11 +177,14 @@ def _output(line: str) -> tuple:
     return int(dtype), tuple(int(d) for d in (dims[0] if dims else "").split(",") if d)
 
 
-def _infer(host, op, inputs, dtype=None):
+def _infer(host, op, inputs, dtype=None, w_dtype=None):
     """What the plugin says about tensors of these shapes and types (dtype: all of them, else
-    each array's own): outputs [(type, shape)], the verdict ("accepted" or "refused <call>") and
-    the run's whole output."""
-    args = [f"{TRT_TYPES[dtype or np.asarray(a).dtype.name]}:{','.join(map(str, np.shape(a)))}" for a in inputs]
+    each array's own; w_dtype: W's, if given): outputs [(type, shape)], the verdict ("accepted" or
+    "refused <call>") and the run's whole output."""
+    types = [dtype or np.asarray(a).dtype.name for a in inputs]
+    if w_dtype is not None:
+        types[op.inputs.index("W")] = w_dtype
+    args = [f"{TRT_TYPES[t]}:{','.join(map(str, np.shape(a)))}" for t, a in zip(types, inputs)]
     run = _run(host, "infer", op.name, *args)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
@@ -244,3 +247,34 @@ def test_spec_bad_inputs_refused_at_build_time(host, op, case):
     if "R" in op.inputs and "R" in case.mentions:
         x, r = case.inputs[0], case.inputs[op.inputs.index("R")]
         assert errors[0] == "log[1] " + op.r_error(np.shape(x), np.shape(r)), text
+
+
+# ---- a float32 W with a float16 / bfloat16 X (opforge_spec.weight_dtypes) -------------------------
+
+def _mixed_cases():
+    return [pytest.param(op, dtype, case, id=f"{op.name}-{dtype}-{case.name}") for op in _ops() if "W" in op.inputs
+            for dtype in ("float16", "bfloat16") for case in op.cases(dtype) if not case.non_contiguous]
+
+
+@needs_spec
+@pytest.mark.parametrize("op,dtype,case", _mixed_cases())
+def test_float32_w_with_a_16_bit_x_is_accepted(host, op, dtype, case):
+    """Every build and runtime call accepts a float32 W; the outputs keep their types (X's, or their
+    own) and shapes."""
+    outputs, verdict, text = _infer(host, op, case.inputs, dtype, w_dtype="float32")
+    x_shape = np.shape(case.inputs[0])
+    wanted = [(TRT_TYPES[op.output_dtype(name, dtype)], tuple(op.output_shape_of(name, x_shape)))
+              for name in op.outputs]
+    assert verdict == "accepted", text
+    assert outputs == wanted, text
+
+
+@needs_spec
+@pytest.mark.parametrize("x_dtype,w_dtype", [("bfloat16", "float16"), ("float16", "bfloat16"), ("float32", "float16"),
+                                             ("float16", "int8")])
+@pytest.mark.parametrize("op", [op for op in _ops() if "W" in op.inputs], ids=lambda op: op.name)
+def test_other_w_types_are_refused_with_the_spec_text(host, op, x_dtype, w_dtype):
+    inputs = [np.ones(4 if name == "W" else (2, 4)) for name in op.inputs]
+    _, verdict, text = _infer(host, op, inputs, x_dtype, w_dtype=w_dtype)
+    assert verdict == "refused getOutputDataTypes", text
+    assert f"log[1] {op.w_dtype_error(x_dtype, w_dtype)}" in text.splitlines(), text

@@ -410,6 +410,15 @@ void check_formats() {
   expect(!sfc(swish.get(), 0, {dyn(x, DataType::kFLOAT, TensorFormat::kCHW32), dyn(x)}, 1), "non-LINEAR refused");
   expect(!sfc(swish.get(), 1, {dyn(x, DataType::kFLOAT), dyn(x, DataType::kHALF)}, 1), "Y of another type refused");
   expect(!sfc(rms.get(), 1, {dyn(x, DataType::kFLOAT), dyn(w, DataType::kHALF), dyn(x)}, 2), "W of another type refused");
+  for (DataType t : {DataType::kHALF, DataType::kBF16}) {
+    const std::vector<DynamicPluginTensorDesc> mixed = {dyn(x, t), dyn(w, DataType::kFLOAT), dyn(x, t)};
+    expect(sfc(rms.get(), 1, mixed, 2) && sfc(rms.get(), 2, mixed, 2),
+           "RMSNorm W float32 with a 16-bit X (type " + std::to_string(int(t)) + ") and Y of X's type accepted");
+    expect(!sfc(rms.get(), 2, {dyn(x, t), dyn(w, DataType::kFLOAT), dyn(x, DataType::kFLOAT)}, 2),
+           "a mixed call's Y keeps X's type: float32 Y refused");
+  }
+  expect(!sfc(rms.get(), 1, {dyn(x, DataType::kHALF), dyn(w, DataType::kBF16), dyn(x, DataType::kHALF)}, 2),
+         "bfloat16 W with a float16 X refused");
   expect(!sfc(rms.get(), 3, {dyn(x), dyn(w), dyn(x)}, 2) && !sfc(rms.get(), -1, {dyn(x), dyn(w), dyn(x)}, 2),
          "positions out of range refused");
   DataType out = DataType::kINT8;
@@ -417,8 +426,15 @@ void check_formats() {
   expect(build(rms.get())->getOutputDataTypes(&out, 1, half, 2) == 0 && out == DataType::kHALF, "output type = input type");
   const DataType mixed[2] = {DataType::kFLOAT, DataType::kHALF};
   expect(build(rms.get())->getOutputDataTypes(&out, 1, mixed, 2) != 0 &&
-             g_logger.said("opforge.RMSNorm: W: expected float32 tensor (same dtype as X), got float16 tensor"),
+             g_logger.said("opforge.RMSNorm: W: expected dtype float32 (dtype of X), got float16"),
          "W of another type: getOutputDataTypes fails with the message");
+  const DataType bf16_w32[2] = {DataType::kBF16, DataType::kFLOAT};
+  expect(build(rms.get())->getOutputDataTypes(&out, 1, bf16_w32, 2) == 0 && out == DataType::kBF16,
+         "float32 W with a bfloat16 X: Y is bfloat16");
+  const DataType bf16_w16[2] = {DataType::kBF16, DataType::kHALF};
+  expect(build(rms.get())->getOutputDataTypes(&out, 1, bf16_w16, 2) != 0 &&
+             g_logger.said("opforge.RMSNorm: W: expected dtype bfloat16 (dtype of X) or float32, got float16"),
+         "float16 W with a bfloat16 X: getOutputDataTypes names both allowed types");
   const DataType ints[1] = {DataType::kINT32};
   expect(build(swish.get())->getOutputDataTypes(&out, 1, ints, 1) != 0 &&
              g_logger.said("opforge.Swish: X: expected float32, float16 or bfloat16 tensor, got int32 tensor"),
@@ -519,8 +535,15 @@ void check_residual_types(IPluginV3* add) {
              g_logger.said_error("opforge.AddRMSNorm: R: expected float32 tensor (same dtype as X), got float16 tensor"),
          "R of another type: getOutputDataTypes names R");
   const DataType mixed_w[3] = {DataType::kHALF, DataType::kHALF, DataType::kFLOAT};
-  expect(build(add)->getOutputDataTypes(out, 2, mixed_w, 3) != 0 &&
-             g_logger.said_error("opforge.AddRMSNorm: W: expected float16 tensor (same dtype as X), got float32 tensor"),
+  expect(build(add)->getOutputDataTypes(out, 2, mixed_w, 3) == 0 && out[0] == DataType::kHALF && out[1] == DataType::kHALF,
+         "float32 W with a float16 X: Y and H take X's type");
+  const DataType float32_r[3] = {DataType::kHALF, DataType::kFLOAT, DataType::kFLOAT};
+  expect(build(add)->getOutputDataTypes(out, 2, float32_r, 3) != 0 &&
+             g_logger.said_error("opforge.AddRMSNorm: R: expected float16 tensor (same dtype as X), got float32 tensor"),
+         "R stays X's type with a float32 W");
+  const DataType wrong_w[3] = {DataType::kFLOAT, DataType::kFLOAT, DataType::kHALF};
+  expect(build(add)->getOutputDataTypes(out, 2, wrong_w, 3) != 0 &&
+             g_logger.said_error("opforge.AddRMSNorm: W: expected dtype float32 (dtype of X), got float16"),
          "W of another type: getOutputDataTypes names W (the last input)");
   expect(build(add)->getOutputDataTypes(out, 1, bf16, 3) != 0 &&
              g_logger.said_error("opforge.AddRMSNorm: outputs: expected 2 (Y, H), got 1"), "one output refused");
@@ -538,6 +561,12 @@ void check_residual_formats(IPluginV3* add) {
   }
   const DataType F = DataType::kFLOAT, H = DataType::kHALF;
   expect(!sfc(1, {dyn(x, F), dyn(x, H), dyn(w, F), dyn(x, F), dyn(x, F)}), "R of another type refused");
+  for (DataType t : {DataType::kHALF, DataType::kBF16}) {
+    bool all = true;
+    for (int32_t pos = 0; pos < 5; ++pos) all = all && sfc(pos, {dyn(x, t), dyn(x, t), dyn(w, F), dyn(x, t), dyn(x, t)});
+    expect(all, "AddRMSNorm float32 W with X, R, Y, H of type " + std::to_string(int(t)) + " accepted at all 5 positions");
+    expect(!sfc(1, {dyn(x, t), dyn(x, F), dyn(w, F), dyn(x, t), dyn(x, t)}), "float32 R with a 16-bit X refused");
+  }
   expect(!sfc(4, {dyn(x, F), dyn(x, F), dyn(w, F), dyn(x, F), dyn(x, H)}), "H of another type refused");
   expect(!sfc(4, {dyn(x), dyn(x), dyn(w), dyn(x), dyn(x, F, TensorFormat::kCHW32)}), "non-LINEAR H refused");
   expect(!sfc(5, {dyn(x), dyn(x), dyn(w), dyn(x), dyn(x)}) && !sfc(-1, {dyn(x), dyn(x), dyn(w), dyn(x), dyn(x)}),
@@ -775,6 +804,14 @@ void check_enqueue() {
   expect(runtime(swish.get())->enqueue(empty, empty, in, out, nullptr, nullptr) == 0 &&
              runtime(rms.get())->enqueue(empty, empty, in, out, nullptr, nullptr) == 0,
          "empty tensors: nothing to launch, success");
+  PluginTensorDesc empty_mixed[2] = {desc(dims({0, 8}), DataType::kBF16), desc(dims({8}))};
+  expect(runtime(rms.get())->enqueue(empty_mixed, empty_mixed, in, out, nullptr, nullptr) == 0,
+         "float32 W with a bfloat16 X accepted at enqueue (empty: nothing to launch)");
+  PluginTensorDesc int_w[2] = {desc(dims({2, 8}), DataType::kHALF), desc(dims({8}), DataType::kINT8)};
+  g_logger.lines.clear();
+  expect(runtime(rms.get())->enqueue(int_w, int_w, in, out, nullptr, nullptr) != 0 &&
+             g_logger.said_error("opforge.RMSNorm: W: expected dtype float16 (dtype of X) or float32, got int8"),
+         "enqueue refuses an int8 W before any launch");
   int devices = 0;
   if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
     std::printf("skip launch-failure check: %d GPU(s) present\n", devices);
@@ -903,12 +940,15 @@ struct DeviceBuffers {
 
 // run OP TYPE ATTRS OUT[,OUT...] X X_DIMS [IN DIMS]...: one enqueue on the GPU, each input (the
 // op's inputs in order) from a file of raw elements, each output (Y[, H]) written to its file.
-// TYPE: TensorRT DataType number.
+// TYPE: TensorRT DataType number of every input, or one per input ("1,1,0": a float32 W).
 int run(int argc, char** argv) {
   const std::string op = argv[0];
-  const auto type = static_cast<DataType>(std::stoi(argv[1]));
+  const std::vector<std::string> type_list = split(argv[1], ',');
   const std::vector<std::string> out_paths = split(argv[3], ',');
   const int nb_inputs = (argc - 4) / 2;
+  std::vector<DataType> in_types(nb_inputs);
+  for (int i = 0; i < nb_inputs; ++i)
+    in_types[i] = static_cast<DataType>(std::stoi(type_list[type_list.size() == 1 ? 0 : i]));
   PluginPtr plugin = create_serialized(op, argv[2]);
   if (!plugin) return std::printf("FAIL createPlugin\n"), 1;
   const int32_t nb_outputs = build(plugin.get())->getNbOutputs();
@@ -921,7 +961,7 @@ int run(int argc, char** argv) {
   for (int i = 0; i < nb_inputs; ++i) {
     const std::vector<char> bytes = read_file(argv[4 + 2 * i]);
     in_dims[i] = parse_dims(argv[5 + 2 * i]);
-    in[i] = desc(in_dims[i], type);
+    in[i] = desc(in_dims[i], in_types[i]);
     void* device = buffers.get(bytes.size());
     if (!device) return std::printf("FAIL cudaMalloc\n"), 1;
     CUDA_OK(cudaMemcpy(device, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
@@ -932,7 +972,7 @@ int run(int argc, char** argv) {
   std::vector<PluginTensorDesc> out(nb_outputs);
   std::vector<void*> outputs(nb_outputs);
   std::vector<size_t> out_bytes(nb_outputs);
-  std::vector<DataType> out_types(nb_outputs), in_types(nb_inputs, type);  // each output of its own type
+  std::vector<DataType> out_types(nb_outputs);  // each output of its own type
   if (build(plugin.get())->getOutputDataTypes(out_types.data(), nb_outputs, in_types.data(), nb_inputs) != 0)
     return std::printf("FAIL getOutputDataTypes\n"), 1;
   for (int32_t o = 0; o < nb_outputs; ++o) {
