@@ -59,14 +59,19 @@ def _attribute(op, name: str, value):
     return int(value) if op.attributes[name].kind != "float" else float(value)
 
 
-def _model(op, dtype: str, inputs: list, **attrs) -> bytes:
-    """One opforge node with the op's inputs (X[, R][, W], of these arrays' shapes) and outputs
-    (each of its dtype, shapes left to TensorRT's inference) as the graph's."""
+def _input_dtype(name: str, dtype: str, w_dtype) -> str:
+    return w_dtype if name == "W" and w_dtype else dtype
+
+
+def _model(op, dtype: str, inputs: list, w_dtype=None, **attrs) -> bytes:
+    """One opforge node with the op's inputs (X[, R][, W], of these arrays' shapes; W of w_dtype if
+    given) and outputs (each of its dtype, shapes left to TensorRT's inference) as the graph's."""
     node = helper.make_node(op.name, list(op.inputs), list(op.outputs), domain="opforge", name=f"{op.name}_0",
                             **{k: _attribute(op, k, v) for k, v in attrs.items()})
     graph = helper.make_graph(
         [node], f"{op.name}_graph",
-        [helper.make_tensor_value_info(n, ONNX_TYPES[dtype], list(np.shape(a))) for n, a in zip(op.inputs, inputs)],
+        [helper.make_tensor_value_info(n, ONNX_TYPES[_input_dtype(n, dtype, w_dtype)], list(np.shape(a)))
+         for n, a in zip(op.inputs, inputs)],
         [helper.make_tensor_value_info(n, OUTPUT_TYPES[op.output_dtype(n, dtype, attrs)], None) for n in op.outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("opforge", 1)])
     return model.SerializeToString()
@@ -98,7 +103,7 @@ def _numpy_dtype(name: str):
     return np.dtype(name)
 
 
-def _execute(trt, engine, op, inputs: list, dtype, attrs=None):
+def _execute(trt, engine, op, inputs: list, dtype, attrs=None, w_dtype=None):
     """The op's outputs (one array, or a tuple Y, H) from one execution of the engine."""
     cudart = _cudart()
     cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
@@ -113,7 +118,7 @@ def _execute(trt, engine, op, inputs: list, dtype, attrs=None):
         return ptr
 
     for name, value in zip(op.inputs, inputs):
-        a = np.ascontiguousarray(value, dtype)
+        a = np.ascontiguousarray(value, _input_dtype(name, dtype, w_dtype))
         ptr = device(a.nbytes)
         assert cudart.cudaMemcpy(ptr, a.ctypes.data, a.nbytes, 1) == 0  # host to device
         context.set_tensor_address(name, ptr.value)
@@ -149,6 +154,22 @@ def test_engine_matches_the_spec(trt, op, dtype, case):
         actual = tuple(a.astype(np.float32) if a.dtype.name == "float8_e4m3fn" else a for a in actual)
     op.check_close(actual, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name,
                    attrs=case.attrs)
+
+
+@pytest.mark.parametrize("op,case", [pytest.param(op, case, id=f"{op.name}-{case.name}") for op in spec.OPS.values()
+                                     if "W" in op.inputs for case in op.cases("float16")
+                                     if not case.non_contiguous and all(np.size(a) > 0 for a in case.inputs)])
+def test_engine_float32_w_with_a_float16_x(trt, op, case):
+    """A float32 W beside a float16 X (a mixed-dtype call) through the parser, the builder and a
+    plan: the float32 computation with W as given."""
+    engine, errors = _engine(trt, _model(op, "float16", list(case.inputs), w_dtype="float32", **case.attrs),
+                             _Logger(trt))
+    assert engine is not None, errors
+    actual = _execute(trt, engine, op, list(case.inputs), "float16", case.attrs, w_dtype="float32")
+    if isinstance(actual, tuple):  # float8 (ml_dtypes) read as float32 for the comparison
+        actual = tuple(a.astype(np.float32) if a.dtype.name == "float8_e4m3fn" else a for a in actual)
+    inputs = [np.asarray(a, np.float32) if name == "W" else a for name, a in zip(op.inputs, case.inputs)]
+    op.check_close(actual, op.reference(*inputs, **case.attrs), "float16", case.inputs, case.name, attrs=case.attrs)
 
 
 def _bad_shape_cases():
