@@ -77,12 +77,19 @@ def write_decomposed(e, spec: opforge_spec.OpSpec, tensors, attrs, x_type: int |
     named = dict(zip(spec.inputs, tensors))
     rounded = e.op("Add", named["X"], named["R"]) if "R" in named else named["X"]
     wide = e.op("Cast", rounded, to=_FLOAT32)
-    inputs = {"X": wide, "R": e.scalar(0.0, wide), "W": named["W"]}
+    inputs = {"X": wide, "W": named["W"]}
+    if "R" in named:
+        inputs["R"] = e.scalar(0.0, wide)
     outputs = spec.decomposed(e, *(inputs[n] for n in spec.inputs), *attrs)
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    narrowed = tuple(rounded if name == "H" else o if name in spec.output_dtypes else e.op("Cast", o, to=x_type)
-                     for name, o in zip(spec.outputs, outputs))
-    return narrowed if len(narrowed) > 1 else narrowed[0]
+
+    def narrowed(name, value):  # an output of its own dtype (Q, Scale) stays as it is
+        if name == "H":
+            return rounded
+        return value if name in spec.output_dtypes else e.op("Cast", value, to=x_type)
+
+    results = tuple(narrowed(name, value) for name, value in zip(spec.outputs, outputs))
+    return results if len(results) > 1 else results[0]
 
 
 # --------------------------------------------------------------------------------------------
