@@ -72,15 +72,17 @@ def write_decomposed(e, spec: opforge_spec.OpSpec, tensors, attrs, x_type: int |
     arithmetic takes one type: X upcast (for an op with a residual, H = X + R in X's dtype first,
     as every layer rounds it, then upcast: the form adds a float32 zero to it), W as given; the
     outputs of X's dtype are cast back to it, H is the rounded sum itself."""
+    decompose = spec.decomposed
+    assert decompose is not None, f"opforge.{spec.name} has no decomposed form"  # the export plans none
     if x_type is None:
-        return spec.decomposed(e, *tensors, *attrs)
+        return decompose(e, *tensors, *attrs)
     named = dict(zip(spec.inputs, tensors))
     rounded = e.op("Add", named["X"], named["R"]) if "R" in named else named["X"]
     wide = e.op("Cast", rounded, to=_FLOAT32)
     inputs = {"X": wide, "W": named["W"]}
     if "R" in named:
         inputs["R"] = e.scalar(0.0, wide)
-    outputs = spec.decomposed(e, *(inputs[n] for n in spec.inputs), *attrs)
+    outputs = decompose(e, *(inputs[n] for n in spec.inputs), *attrs)
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
 
     def narrowed(name, value):  # an output of its own dtype (Q, Scale) stays as it is
