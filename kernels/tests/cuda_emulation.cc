@@ -234,3 +234,32 @@ extern "C" int opforge_gpu_run(int op, int backward, int dtype, int64_t in_offse
   }
   return e != cudaSuccess ? int(e) : buffers.finish(before);
 }
+
+// An op of a quantized rows' family (family_launch.h launch_quant_op): X, W (float32 with
+// kFloat16W32 / kBFloat16W32), R in; Q (1 byte an element), Scale (float32 per row), H (X's type)
+// out, each inside guard bytes; R and H only for a residual op.
+extern "C" int opforge_quant_run(int op, int dtype, int64_t rows, int64_t cols, const float* attrs, const void* x,
+                                 const void* w, const void* r, void* q, float* scale, void* h) {
+  if (!opforge_test::valid_op(op)) return cudaErrorInvalidValue;
+  const size_t element = dtype == kFloat32 ? 4 : 2;
+  const bool w32 = dtype == kFloat16W32 || dtype == kBFloat16W32;
+  Buffers buffers;
+  const void* in[3] = {buffers.add(x, rows * cols, element, 0, false), buffers.add(w, cols, w32 ? 4 : element, 0, false),
+                       nullptr};
+  void* out[3] = {buffers.add(q, rows * cols, 1, 0, true), buffers.add(scale, rows, 4, 0, true), nullptr};
+  if (is_residual(op)) {
+    in[2] = buffers.add(r, rows * cols, element, 0, false);
+    out[2] = buffers.add(h, rows * cols, element, 0, true);
+  }
+  const auto before = buffers.snapshot();
+  namespace t = opforge_test;
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (dtype) {
+    case kFloat32: e = t::launch_quant_op<float>(op, rows, cols, attrs, in, out, nullptr); break;
+    case kFloat16: e = t::launch_quant_op<__half>(op, rows, cols, attrs, in, out, nullptr); break;
+    case kBFloat16: e = t::launch_quant_op<__nv_bfloat16>(op, rows, cols, attrs, in, out, nullptr); break;
+    case kFloat16W32: e = t::launch_quant_op<__half, float>(op, rows, cols, attrs, in, out, nullptr); break;
+    case kBFloat16W32: e = t::launch_quant_op<__nv_bfloat16, float>(op, rows, cols, attrs, in, out, nullptr); break;
+  }
+  return e != cudaSuccess ? int(e) : buffers.finish(before);
+}

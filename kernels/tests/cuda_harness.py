@@ -44,6 +44,8 @@ class Kernels:
                                         ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
                                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        if hasattr(lib, "opforge_quant_run"):  # the emulation's only
+            lib.opforge_quant_run.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, *[ctypes.c_void_p] * 7]
         if hasattr(lib, "opforge_gpu_stream_order"):  # the GPU shim's only
             lib.opforge_gpu_stream_order.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, I64,
                                                      I64, ctypes.c_int]
@@ -80,6 +82,31 @@ class Kernels:
         if h is not None:
             return (out, dw.astype(np.float64), from_storage(dtype, h)) if backward else (out, from_storage(dtype, h))
         return (out, dw.astype(np.float64)) if dw is not None else out
+
+    def run_quant(self, op: str, dtype: str, inputs: tuple, attrs: dict, w_float32=False) -> tuple:
+        """(Q, Scale[, H]) as float64 (float8 decoded) of an op of a quantized rows' family, its
+        inputs in the spec's order, contiguous. w_float32: W stays float32 beside a 16-bit X."""
+        from opforge_spec.ops.rms_norm_quant import fp8_e4m3fn_decode
+
+        desc = spec.OPS[op]
+        named = dict(zip(desc.inputs, inputs))
+        x = to_storage(dtype, named["X"]).reshape(np.shape(named["X"]))
+        cols, rows = x.shape[-1], int(np.prod(x.shape[:-1]))
+        w = to_storage("float32" if w_float32 else dtype, named["W"])
+        r = to_storage(dtype, named["R"]) if "R" in named else None
+        values = {**desc.defaults(), **attrs}
+        quant = desc.output_dtype("Q", dtype, values)
+        q = np.zeros(x.shape, np.int8 if quant == "int8" else np.uint8)
+        scale = np.zeros(desc.output_shape_of("Scale", x.shape), np.float32)
+        h = np.zeros_like(x) if "H" in desc.outputs else None
+        attr_array = np.array([values[a] for a in desc.attributes], np.float32)
+        code = MIXED_DTYPES[dtype] if w_float32 else DTYPES[dtype][0]
+        status = self.lib.opforge_quant_run(OPS[op], code, rows, cols, ptr(attr_array), ptr(x), ptr(w), ptr(r),
+                                            ptr(q), ptr(scale), ptr(h))
+        assert status != BYTES_TOUCHED, f"{op}: a byte outside its output (or of an input) changed"
+        assert status == 0, f"{op}: CUDA error {status}"
+        out = (fp8_e4m3fn_decode(q) if quant == "float8_e4m3fn" else q.astype(np.float64), scale.astype(np.float64))
+        return out if h is None else (*out, from_storage(dtype, h))
 
     def stream_order(self, op: str, dtype: str, rows: int, cols: int, backward=False, control=False):
         return self.lib.opforge_gpu_stream_order(OPS[op], int(backward), DTYPES[dtype][0], rows, cols,

@@ -6,6 +6,7 @@
 
 #include "opforge/kernels/cuda.cuh"
 #include "opforge/kernels/functor.h"
+#include "opforge/kernels/quant_rows_cuda.cuh"
 #include "opforge/kernels/shapes.h"
 
 namespace opforge_test {
@@ -79,6 +80,35 @@ cudaError_t launch_op(int op, bool backward, int64_t rows, int64_t cols, float a
 #undef OPFORGE_TEST_ROW_NORM
 #undef OPFORGE_TEST_RESIDUAL_ROW_NORM
   return cudaErrorInvalidValue;  // an op of a shape this harness does not know
+}
+
+// The forward of an op of a quantized rows' family (row_norm_quant, residual_row_norm_quant) with
+// its attributes `attrs` (nb_attrs of them): in X, W, R (R of a residual op); out Q (int8 or
+// float8 e4m3fn bits), Scale (float32, one per row), H (a residual op's, T). TW: W's type.
+template <class T, class TW = T>
+cudaError_t launch_quant_op(int op, int64_t rows, int64_t cols, const float* attrs, const void* const* in,
+                            void* const* out, cudaStream_t s) {
+  if (!valid_op(op)) return cudaErrorInvalidValue;
+  const k::OpDesc& desc = op_of(op);
+  k::AttrValues values = k::default_attrs(desc);
+  for (int32_t i = 0; i < desc.nb_attrs; ++i) values.v[i] = attrs[i];
+  const T* x = static_cast<const T*>(in[0]);
+  const TW* w = static_cast<const TW*>(in[1]);
+  const T* r = static_cast<const T*>(in[2]);
+  float* scale = static_cast<float*>(out[1]);
+#define OPFORGE_TEST_ROW_NORM_QUANT(Name, name)                                                    \
+  if (&desc == &k::k##Name##Op)                                                                    \
+    return kc::row_norm_quant_forward(x, w, out[0], scale, rows, cols,                             \
+                                      k::functor_of<k::Name##Math, k::k##Name##Op>(values), s);
+#define OPFORGE_TEST_RESIDUAL_ROW_NORM_QUANT(Name, name)                                           \
+  if (&desc == &k::k##Name##Op)                                                                    \
+    return kc::residual_row_norm_quant_forward(x, r, w, out[0], scale, static_cast<T*>(out[2]), rows, \
+                                               cols, k::functor_of<k::Name##Math, k::k##Name##Op>(values), s);
+  OPFORGE_FOR_EACH_ROW_NORM_QUANT_OP(OPFORGE_TEST_ROW_NORM_QUANT)
+  OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_QUANT_OP(OPFORGE_TEST_RESIDUAL_ROW_NORM_QUANT)
+#undef OPFORGE_TEST_ROW_NORM_QUANT
+#undef OPFORGE_TEST_RESIDUAL_ROW_NORM_QUANT
+  return cudaErrorInvalidValue;  // not an op of a quantized family
 }
 
 }  // namespace opforge_test

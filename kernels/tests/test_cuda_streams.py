@@ -71,9 +71,9 @@ def launches(text: str) -> list:
 
 
 def test_every_kernel_launch_names_the_launchers_stream():
-    text = code(KERNELS / "cuda.cuh")
+    text = code(KERNELS / "cuda.cuh") + code(KERNELS / "quant_rows_cuda.cuh")
     found = launches(text)
-    assert len(found) >= 6, found  # elementwise, 2 gated, 2 rows, the dW sum
+    assert len(found) >= 7, found  # elementwise, 2 gated, 2 rows, the dW sum, the quantized rows
     for config in found:
         assert len(config) == 4 and config[3] == "s", f"<<<{', '.join(config)}>>>"
 
@@ -86,13 +86,14 @@ def launchers(text: str) -> list:
 
 def test_every_launcher_takes_a_stream_and_never_synchronizes():
     public = {"cuda.cuh": code(KERNELS / "cuda.cuh", after="}  // namespace detail"),
-              "cuda_ops.cuh": code(KERNELS / "cuda_ops.cuh")}
+              "cuda_ops.cuh": code(KERNELS / "cuda_ops.cuh"),
+              "quant_rows_cuda.cuh": code(KERNELS / "quant_rows_cuda.cuh")}
     for header, text in public.items():
         found = launchers(text)
-        assert len(found) >= 6, (header, found)
+        assert len(found) >= (3 if header == "quant_rows_cuda.cuh" else 6), (header, found)
         for name, params in found:
             assert params[-1] == "cudaStream_t s", f"{header}: {name}({', '.join(params)})"
-    for header in ("cuda.cuh", "cuda_ops.cuh"):
+    for header in ("cuda.cuh", "cuda_ops.cuh", "quant_rows_cuda.cuh"):
         text = code(KERNELS / header)
         runtime = set(re.findall(r"\b(cuda[A-Z]\w*)\s*\(", text))
         assert runtime <= {"cudaGetLastError", "cudaMemsetAsync"}, f"{header}: {runtime}"

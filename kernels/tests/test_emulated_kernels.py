@@ -11,6 +11,7 @@ from pathlib import Path
 
 import cuda_tools
 import kernel_checks as checks
+import numpy as np
 import pytest
 from cuda_harness import Kernels
 
@@ -20,9 +21,9 @@ HERE = Path(__file__).parent
 LAUNCH = re.compile(r"([\w:]+(?:<[^<>;]*>)?)\s*<<<(.*?)>>>", re.S)
 MAX_ELEMENTS = 150_000  # the emulation runs a few million threads a second
 # the ops of a launcher family whose outputs are X's (the harness runs their kernels by family); the
-# quantized rows' families (RMSNormQuant, AddRMSNormQuant: outputs of their own dtypes) have their
-# CPU kernels checked by test_kernels.py by descriptor and their CUDA kernels by torch_ext's tests
+# quantized rows' families (outputs of their own dtypes) by their own launch (QUANT_OPS)
 OPS = [op for op in spec.OPS.values() if op.family is not None and op.family not in spec.QUANT_FAMILIES]
+QUANT_OPS = [op for op in spec.OPS.values() if op.family in spec.QUANT_FAMILIES]
 # an offset-by-one output takes the same (scalar) kernels as an offset-by-one input alone
 VIEWS = [v for v in checks.VIEWS if v != "all_off_by_one"]
 
@@ -31,12 +32,12 @@ def build(folder: Path) -> str:
     cuda_include = cuda_tools.toolkit_include()
     if cuda_include is None:
         return ""
-    source = (spec.include_dir() / "opforge" / "kernels" / "cuda.cuh").read_text()
-    emulated, launches = LAUNCH.subn(r"emulated_launch(\1, \2)", source)
-    assert launches == source.count("<<<") > 0, "a launch the rewrite does not recognize"
-    header = folder / "opforge" / "kernels" / "cuda.cuh"
-    header.parent.mkdir(parents=True)
-    header.write_text(emulated)
+    (folder / "opforge" / "kernels").mkdir(parents=True)
+    for name in ("cuda.cuh", "quant_rows_cuda.cuh"):  # the launchers' headers, found before the originals
+        source = (spec.include_dir() / "opforge" / "kernels" / name).read_text()
+        emulated, launches = LAUNCH.subn(r"emulated_launch(\1, \2)", source)
+        assert launches == source.count("<<<") > 0, f"a launch the rewrite does not recognize in {name}"
+        (folder / "opforge" / "kernels" / name).write_text(emulated)
     out = folder / "libopforge_emulation.so"
     done = subprocess.run(["g++", "-std=c++17", "-O2", "-shared", "-fPIC", f"-I{folder}",
                            f"-I{spec.include_dir()}", "-isystem", str(cuda_include),
@@ -86,3 +87,32 @@ WEIGHTED = [op for op in OPS if "W" in op.inputs]
 @pytest.mark.parametrize("op", WEIGHTED, ids=[op.name for op in WEIGHTED])
 def test_float32_weight_beside_a_16_bit_x(emulated, op, dtype):
     checks.check_float32_weight(emulated, op, dtype, MAX_ELEMENTS)
+
+
+@pytest.mark.parametrize("dtype", checks.DTYPES)
+@pytest.mark.parametrize("op", QUANT_OPS, ids=[op.name for op in QUANT_OPS])
+def test_quantized_rows_match_the_spec_cases(emulated, op, dtype):
+    """Q within one quantization step of the reference, Scale and H within the spec's tolerances,
+    nothing written outside them (the float32 block sums as on a GPU)."""
+    for case in op.cases(dtype):
+        got = emulated.run_quant(op.name, dtype, case.inputs, case.attrs)
+        op.check_close(got, op.reference(*case.inputs, **case.attrs), dtype, case.inputs, case.name, case.attrs)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", QUANT_OPS, ids=[op.name for op in QUANT_OPS])
+def test_quantized_rows_with_a_float32_weight_are_the_float32_computation(emulated, op, dtype):
+    """A float32 W beside a 16-bit X: Q and Scale are the float32 call's on X's (and H's) values,
+    bit for bit; a W rounded to X's dtype gives other scales."""
+    inputs = checks.random_inputs(op, (8, 1031), dtype)
+    named = dict(zip(op.inputs, inputs))
+    named["W"] = spec.round_to("float32", np.random.default_rng(1).uniform(0.5, 1.5, 1031))
+    mixed = emulated.run_quant(op.name, dtype, tuple(named[n] for n in op.inputs), {}, w_float32=True)
+    if "R" in named:  # the float32 call on the H the mixed one normalized
+        named = {**named, "X": mixed[2], "R": np.zeros_like(mixed[2])}
+    twin = emulated.run_quant(op.name, "float32", tuple(named[n] for n in op.inputs), {})
+    for got, want in zip(mixed[:2], twin[:2]):
+        np.testing.assert_array_equal(got, want, err_msg=f"opforge.{op.name} {dtype} X, float32 W")
+    named["W"] = spec.round_to(dtype, named["W"])
+    rounded = emulated.run_quant(op.name, "float32", tuple(named[n] for n in op.inputs), {})
+    assert not np.array_equal(rounded[1], twin[1]), "rounding W would not show here"

@@ -104,11 +104,11 @@ struct RowNormQuantKernel {
   using Norm = Math;
   static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
-  static cudaError_t forward(const Forward<T>& a, cudaStream_t stream) {
+  static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
     float* scale = static_cast<float*>(a.outputs[1]);
     if (a.w_float32 != nullptr)
-      return row_norm_quant_forward<T>(a.x, a.w_float32, a.outputs[0], scale, a.rows, a.cols, norm(a.attrs), stream);
-    return row_norm_quant_forward<T>(a.x, a.w, a.outputs[0], scale, a.rows, a.cols, norm(a.attrs), stream);
+      return row_norm_quant_forward<T>(a.x, a.w_float32, a.outputs[0], scale, a.rows, a.cols, norm(a.attrs), s);
+    return row_norm_quant_forward<T>(a.x, a.w, a.outputs[0], scale, a.rows, a.cols, norm(a.attrs), s);
   }
 };
 
@@ -118,14 +118,13 @@ struct ResidualRowNormQuantKernel {
   using Norm = Math;
   static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
   template <class T>
-  static cudaError_t forward(const Forward<T>& a, cudaStream_t stream) {
+  static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
     float* scale = static_cast<float*>(a.outputs[1]);
     T* h = static_cast<T*>(a.outputs[2]);
     if (a.w_float32 != nullptr)
       return residual_row_norm_quant_forward<T>(a.x, a.r, a.w_float32, a.outputs[0], scale, h, a.rows, a.cols,
-                                                norm(a.attrs), stream);
-    return residual_row_norm_quant_forward<T>(a.x, a.r, a.w, a.outputs[0], scale, h, a.rows, a.cols, norm(a.attrs),
-                                              stream);
+                                                norm(a.attrs), s);
+    return residual_row_norm_quant_forward<T>(a.x, a.r, a.w, a.outputs[0], scale, h, a.rows, a.cols, norm(a.attrs), s);
   }
 };
 

@@ -92,32 +92,32 @@ __global__ void __launch_bounds__(kQuantThreads)
 
 template <bool kResidual, class T, class TW, class Norm>
 cudaError_t launch_quant_rows(const T* x, const T* r, const TW* w, void* q, float* scale, T* h, int64_t rows,
-                              int64_t cols, const Norm& norm, cudaStream_t stream) {
+                              int64_t cols, const Norm& norm, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond
   const unsigned blocks = static_cast<unsigned>(rows < max_blocks ? rows : max_blocks);
-  quant_rows_kernel<T, TW, kResidual, Norm><<<blocks, kQuantThreads, 0, stream>>>(x, r, w, q, scale, h, rows, cols,
+  quant_rows_kernel<T, TW, kResidual, Norm><<<blocks, kQuantThreads, 0, s>>>(x, r, w, q, scale, h, rows, cols,
                                                                                  norm);
   return cudaGetLastError();
 }
 
 }  // namespace quant_detail
 
-// The row_norm_quant family on a contiguous [rows, cols] X on `stream`: Q (int8, or float8 e4m3fn
+// The row_norm_quant family on a contiguous [rows, cols] X on `s`: Q (int8, or float8 e4m3fn
 // bits by norm.quant_dtype) and the rows' float32 scales. Rows with cols == 0 get their scale too.
 // W is T, or float with a 16-bit X.
 template <class T, class TW, class Norm>
 cudaError_t row_norm_quant_forward(const T* x, const TW* w, void* q, float* scale, int64_t rows, int64_t cols,
-                                   const Norm& norm, cudaStream_t stream) {
+                                   const Norm& norm, cudaStream_t s) {
   return quant_detail::launch_quant_rows<false>(x, static_cast<const T*>(nullptr), w, q, scale,
-                                                static_cast<T*>(nullptr), rows, cols, norm, stream);
+                                                static_cast<T*>(nullptr), rows, cols, norm, s);
 }
 
 // The residual_row_norm_quant family: the same of H = norm.sum(X, R) rounded to T, written to h.
 template <class T, class TW, class Norm>
 cudaError_t residual_row_norm_quant_forward(const T* x, const T* r, const TW* w, void* q, float* scale, T* h,
-                                            int64_t rows, int64_t cols, const Norm& norm, cudaStream_t stream) {
-  return quant_detail::launch_quant_rows<true>(x, r, w, q, scale, h, rows, cols, norm, stream);
+                                            int64_t rows, int64_t cols, const Norm& norm, cudaStream_t s) {
+  return quant_detail::launch_quant_rows<true>(x, r, w, q, scale, h, rows, cols, norm, s);
 }
 
 }  // namespace opforge::kernels::cuda
