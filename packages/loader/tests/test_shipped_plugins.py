@@ -164,3 +164,73 @@ def test_attributes_follow_the_shared_float32_rule(shipped, op_name, attr, value
 def test_largest_float32_attribute_is_accepted(shipped):
     x = np.ones(3, np.float32)
     np.testing.assert_array_equal(shipped.run("Swish", [x], {"beta": 3.4028234663852886e38}), x)
+
+
+# ---- a float32 W with a bfloat16 X (opforge_spec.weight_dtypes): computed in float32 with the
+# weight as given, as HF's Gemma keeps its norm weight ----------------------------------------------
+
+WEIGHTED = [name for name, op in spec.OPS.items() if "W" in op.inputs]
+
+
+def _mixed_inputs(op, arrays, ml_dtypes) -> list:
+    """X and R in bfloat16, W in float32."""
+    return [np.asarray(a, np.float32) if name == "W" else np.asarray(a, np.float32).astype(ml_dtypes.bfloat16)
+            for name, a in zip(op.inputs, arrays)]
+
+
+@pytest.mark.parametrize("op_name", WEIGHTED)
+def test_float32_w_with_bfloat16_x_matches_spec(shipped, op_name):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes (pip install opforge-loader[bf16])")
+    op = spec.OPS[op_name]
+    for case in op.cases("bfloat16"):
+        inputs = _mixed_inputs(op, case.inputs, ml_dtypes)
+        outputs = _as_outputs(op, shipped.run(op_name, inputs, case.attrs))
+        wanted = [_numpy_dtype(op.output_dtype(name, "bfloat16", case.attrs)) for name in op.outputs]
+        assert [a.dtype for a in outputs] == wanted, case.name
+        w = inputs[op.inputs.index("W")].astype(np.float64)  # the weight as the kernel got it
+        expected = op.reference(*[w if name == "W" else a for name, a in zip(op.inputs, case.inputs)], **case.attrs)
+        op.check_close(_comparable(outputs), expected, "bfloat16", case.inputs, case.name, attrs=case.attrs)
+
+
+@pytest.mark.parametrize("op_name", [n for n in WEIGHTED if "Y" in spec.OPS[n].outputs and "Y" not in spec.OPS[n].output_dtypes])
+def test_float32_w_is_not_rounded_to_bfloat16(shipped, op_name):
+    """Y is the float32-weight result rounded once to bfloat16, which differs from the result with W
+    rounded to bfloat16 first in many elements (HF's Gemma measured 27%). R is zero: H is X."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes (pip install opforge-loader[bf16])")
+    op = spec.OPS[op_name]
+    rng = np.random.default_rng(5)
+    x = spec.round_to("bfloat16", rng.standard_normal((64, 256)))
+    w = (1.0 + rng.normal(0.0, 0.1, 256)).astype(np.float32)
+    arrays = [w if name == "W" else x if name == "X" else np.zeros_like(x) for name in op.inputs]
+    y = _as_outputs(op, shipped.run(op_name, _mixed_inputs(op, arrays, ml_dtypes)))[0].astype(np.float32)
+
+    def y_of(weight):
+        out = op.reference(*[np.asarray(weight if name == "W" else a, np.float64) for name, a in zip(op.inputs, arrays)])
+        return spec.round_to("bfloat16", out[0] if isinstance(out, tuple) else out)
+
+    exact, from_rounded_w = y_of(w), y_of(spec.round_to("bfloat16", w))
+    assert np.mean(from_rounded_w != exact) > 0.1  # the case tells the two apart
+    assert np.mean(y != exact) < 0.01, np.mean(y != exact)  # float32 vs float64 rounding ties only
+    assert np.mean(y != from_rounded_w) > 0.1
+
+
+@pytest.mark.parametrize("x_dtype,w_dtype", [("bfloat16", "float64"), ("float64", "float32"), ("float32", "float64")])
+@pytest.mark.parametrize("op_name", WEIGHTED)
+def test_other_w_dtypes_are_refused(shipped, op_name, x_dtype, w_dtype):
+    """W's dtype rule and text are the spec's (OpSpec.w_dtype_error); R stays X's dtype."""
+    op = spec.OPS[op_name]
+    x = np.ones((2, 4), np.float32).astype(_numpy_dtype(x_dtype))
+    w = np.ones(4, w_dtype)
+    with pytest.raises(opforge_loader.OpforgeError) as info:
+        shipped.run(op_name, [w if name == "W" else x for name in op.inputs])
+    assert str(info.value) == op.w_dtype_error(x_dtype, w_dtype)
+
+
+@pytest.mark.parametrize("op_name", [n for n in WEIGHTED if "R" in spec.OPS[n].inputs])
+def test_r_keeps_x_dtype_with_a_float32_w(shipped, op_name):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes (pip install opforge-loader[bf16])")
+    x = np.ones((2, 4), ml_dtypes.bfloat16)
+    r, w = np.ones((2, 4), np.float32), np.ones(4, np.float32)
+    with pytest.raises(opforge_loader.OpforgeError) as info:
+        shipped.run(op_name, [x, r, w])
+    assert str(info.value) == f"opforge.{op_name}: R: expected dtype bfloat16 (same as X), got float32"

@@ -133,9 +133,14 @@ std::string input_error(const k::OpDesc& op, const OpforgeTensor* in) {
   if (error.empty() && k::has_weight(op)) {
     const OpforgeTensor& w = in[op.nb_inputs - 1];
     error = k::w_shape_error(op, x.shape, x.rank, w.shape, w.rank);
-    if (error.empty()) error = same_dtype_error(op, "W", x, w);
+    if (error.empty()) error = k::weight_dtype_error(op, k::ElemType(x.dtype), k::ElemType(w.dtype));  // ONNX codes both
   }
   return error;
+}
+
+// A mixed-dtype call (checked inputs): W in float32 with a bfloat16 X.
+bool w_is_float32(const k::OpDesc& op, const OpforgeTensor* in) {
+  return k::has_weight(op) && in[op.nb_inputs - 1].dtype != in[0].dtype;
 }
 
 // Every output by its rule (shapes.h output_shape_at) and its dtype (X's, fixed, or picked by an
@@ -174,13 +179,17 @@ const T* tensor_data(const OpforgeTensor& t) {
   return static_cast<const T*>(t.data);
 }
 
-// The op's tensors by position (X[, R][, W] -> Y[, H]) into the kernel's arguments.
+// The op's tensors by position (X[, R][, W] -> Y[, H]) into the kernel's arguments; a float32 W of a
+// bfloat16 X as w_float32 (w nullptr).
 template <class Op, class T>
 void run(const OpforgeTensor* in, const OpforgeTensor* out, const k::AttrValues& attrs) {
   constexpr const k::OpDesc& op = Op::desc;
   const k::RowView v = k::row_view(op, in[0].shape, in[0].rank);
-  k::cpu::Forward<T> args{tensor_data<T>(in[0]), k::has_weight(op) ? tensor_data<T>(in[op.nb_inputs - 1]) : nullptr,
+  const bool mixed = w_is_float32(op, in);
+  k::cpu::Forward<T> args{tensor_data<T>(in[0]),
+                          k::has_weight(op) && !mixed ? tensor_data<T>(in[op.nb_inputs - 1]) : nullptr,
                           static_cast<T*>(out[0].data), v.cols, attrs};
+  if (mixed) args.w_float32 = tensor_data<float>(in[op.nb_inputs - 1]);
   if (k::has_residual(op)) args.r = tensor_data<T>(in[1]);
   if (op.nb_outputs > 1) args.h = static_cast<T*>(out[1].data);
   void* outputs[kMaxOutputs] = {};  // every output, each of its own dtype (RMSNormQuant's Q and scale)
