@@ -66,7 +66,8 @@ def _opcheck_samples(device):
 def _spec_samples(device, covered: set) -> list:
     """(op overload, args, kwargs) from the spec for every op of a launcher family whose overloads
     the list above does not name (an op added as its two files): the op on its first case, its
-    .out overload and its backward (plain, then recorded by autograd: double backward)."""
+    .out overload (each output of its own dtype and shape) and, for an op with a gradient, its
+    backward (plain, then recorded by autograd: double backward)."""
     samples = []
     torch.manual_seed(0)  # the gradients' draws below
     for op in spec.OPS.values():
@@ -76,13 +77,19 @@ def _spec_samples(device, covered: set) -> list:
         plain = [torch.tensor(a, dtype=torch.float32, device=device) for a in case.inputs]
         leaves = [t.clone().requires_grad_() for t in plain]
         attrs = tuple(op.defaults().values())
-        shapes = [op.output_shape(plain[0].shape)] + [plain[0].shape] * (len(op.outputs) - 1)
-        outs = dict(zip(opforge_torch_out_names(op), (torch.empty(s, device=device) for s in shapes)))
+        shapes = [op.output_shape_of(o, plain[0].shape) for o in op.outputs]
+        dtypes = [getattr(torch, op.output_dtype(o, "float32")) for o in op.outputs]
+        outs = dict(zip(opforge_torch_out_names(op),
+                        (torch.empty(s, dtype=d, device=device) for s, d in zip(shapes, dtypes))))
+        forward = getattr(torch.ops.opforge, op.torch_name)
+        if not op.has_gradient:  # inputs that autograd does not record
+            samples += [(forward.default, (*plain, *attrs), {}), (forward.out, (*plain, *attrs), outs)]
+            continue
         grads = [torch.randn(s, device=device) for s in shapes]
-        overloads = getattr(torch.ops.opforge, op.torch_name), getattr(torch.ops.opforge, f"{op.torch_name}_backward")
-        samples += [(overloads[0].default, (*leaves, *attrs), {}), (overloads[0].out, (*plain, *attrs), outs),
-                    (overloads[1].default, (*grads, *plain, *attrs), {}),
-                    (overloads[1].default, (*(g.clone().requires_grad_() for g in grads), *leaves, *attrs), {})]
+        backward = getattr(torch.ops.opforge, f"{op.torch_name}_backward")
+        samples += [(forward.default, (*leaves, *attrs), {}), (forward.out, (*plain, *attrs), outs),
+                    (backward.default, (*grads, *plain, *attrs), {}),
+                    (backward.default, (*(g.clone().requires_grad_() for g in grads), *leaves, *attrs), {})]
     return samples
 
 

@@ -236,8 +236,10 @@ def test_a_rank1_call_writing_over_what_its_spec_allows_gives_the_functional_res
     inputs = _rank1(op, seed=1)
     expected = _functional(op, **inputs)
     copies = {k: v.clone() for k, v in inputs.items()}
-    over = {"Y": "x", "H": "r"}  # the in-place residual update
-    outs = [copies[over[output]] for output in _spec(op).outputs]
+    over = {"Y": "x", "H": "r"}  # the in-place residual update; other outputs (Q, Scale) fresh
+    outs = [copies[over[output]] if _spec(op).may_overwrite(output, over.get(output, "").upper())
+            else torch.empty(_spec(op).output_shape_of(output, (_RANK1,)), dtype=dtype)
+            for output, dtype in zip(_spec(op).outputs, _dtypes(op))]
     _into(op, outs, **copies)
     torch.testing.assert_close(tuple(outs), expected, rtol=0, atol=0)
 
