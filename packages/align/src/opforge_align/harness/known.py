@@ -10,12 +10,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Deviation:
     form: str                 # export form prefix the deviation shows in
-    op: str
+    op: str                   # or "*": every op (then `detail` names the failure)
     dtype: str               # or "*": every dtype
     cases: tuple = ("*",)
     ort_below: str = ""       # only ONNX Runtime releases before this one ("" = all)
     ort_from: str = ""        # only this ONNX Runtime release and later ("" = all)
     why: str = ""
+    detail: str = ""          # only a failure whose detail says this ("" = any)
 
 
 DEVIATIONS = (
@@ -49,11 +50,13 @@ DEVIATIONS = (
         "the same fusion of the RMSNorm after the Add into SimplifiedLayerNormalization: output Y "
         "off by float32-level errors (8 of 12 cases, max abs error 1.6e-5 on random inputs), "
         "output H (the Add) exact (seen in 1.17.3, not in 1.32.0)")),
-    Deviation("decomposed", "RMSNormQuant", "*", ("empty_cols",), why=(
-        "ORT_ENABLE_EXTENDED fuses the decomposed RMSNorm into SimplifiedLayerNormalization, which "
-        "refuses an X without columns: 'Size of X.shape[axis:] must be at least 1, got 0' (seen in "
-        "1.17.3 and 1.32.0); unfused (ORT_ENABLE_BASIC) the same graph gives the empty Q and "
-        "min_scale")),
+    Deviation("decomposed", "*", "*", ("empty_cols",), detail="Size of X.shape[axis:] must be at least 1, got 0",
+              why=(
+        "ORT_ENABLE_EXTENDED fuses a decomposed RMSNorm (RMSNormQuant's, AddRMSNormQuant's, any op's "
+        "whose decomposed form normalizes an X that may have no columns) into "
+        "SimplifiedLayerNormalization, which refuses an X without columns: 'Size of X.shape[axis:] "
+        "must be at least 1, got 0' (seen in 1.17.3 and 1.32.0); unfused (ORT_ENABLE_BASIC) the same "
+        "graph gives the empty Q and min_scale")),
 )
 
 
@@ -64,7 +67,9 @@ def version_key(version: str) -> tuple:
 def explain(check, form: str, ort_versions) -> str:
     """Why `check` (a failed one) is a known deviation, or ""."""
     for d in DEVIATIONS:
-        if not (form.startswith(d.form) and check.op == d.op and d.dtype in ("*", check.dtype)):
+        if not (form.startswith(d.form) and d.op in ("*", check.op) and d.dtype in ("*", check.dtype)):
+            continue
+        if d.detail and d.detail not in getattr(check, "detail", ""):
             continue
         if "*" not in d.cases and check.case not in d.cases:
             continue
