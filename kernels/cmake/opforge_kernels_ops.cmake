@@ -2,4 +2,4 @@
 # The spec's ops, for the packages that build against opforge_kernels.
 set(OPFORGE_KERNELS_DOMAIN opforge)
 set(OPFORGE_KERNELS_DOMAIN_VERSION 1)
-set(OPFORGE_KERNELS_OPS Swish RMSNorm SwiGLU GeGLU AddRMSNorm RMSNormQuant)
+set(OPFORGE_KERNELS_OPS Swish RMSNorm SwiGLU GeGLU AddRMSNorm RMSNormQuant AddRMSNormQuant)

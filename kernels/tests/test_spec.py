@@ -7,7 +7,8 @@ import opforge_spec as spec
 
 
 def test_registry_names_and_defaults():
-    assert set(spec.OPS) == {"Swish", "RMSNorm", "SwiGLU", "GeGLU", "AddRMSNorm", "RMSNormQuant"}
+    assert set(spec.OPS) == {"Swish", "RMSNorm", "SwiGLU", "GeGLU", "AddRMSNorm", "RMSNormQuant", "AddRMSNormQuant"}
+    assert spec.OPS["AddRMSNormQuant"].outputs == ("Q", "Scale", "H")
     assert spec.OPS["RMSNormQuant"].defaults() == {"epsilon": 1e-6, "quant_dtype": 3, "scale_ub": 0.0}
     assert spec.OPS["RMSNormQuant"].outputs == ("Q", "Scale") and not spec.OPS["RMSNormQuant"].has_gradient
     assert spec.ADD_RMS_NORM.defaults() == {"epsilon": 1e-6}
@@ -31,7 +32,7 @@ def test_what_an_out_overload_may_write_over_is_a_row_input_of_the_outputs_shape
     the output is written: an input of the output's shape (never a gated op's X, twice Y's width),
     never the weight W that every row reads."""
     shapes = {"X": (3, 4 * op.split), "R": (3, 4), "W": (4,)}
-    output_shapes = dict(zip(op.outputs, (op.output_shape(shapes["X"]), shapes["X"])))
+    output_shapes = {output: op.output_shape_of(output, shapes["X"]) for output in op.outputs}
     for output, inputs in op.overwrites.items():
         assert output in op.outputs
         for name in inputs:

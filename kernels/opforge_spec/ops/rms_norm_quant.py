@@ -42,9 +42,10 @@ round-half-even (cvt.rni / nearbyint; fp8 conversion rounds to nearest even), am
 7. float64 X (vLLM has none): computed in float64, Scale rounded to float32.
 8. No residual input. The op model takes tensor inputs by position (X[, R][, W]) and a fixed
    list of outputs, so vLLM's optional residual (H = X + R written over R, Y = RMSNorm(H)) is a
-   second op, AddRMSNormQuant (X, R, W -> Q, Scale, H; H may be written over R), not an optional
-   input of this one: its kernels would round H to X's dtype and normalize that H, as AddRMSNorm
-   does (vLLM normalizes the unrounded float32 sum). That op is not written yet.
+   second op, AddRMSNormQuant (add_rms_norm_quant.py: X, R, W -> Q, Scale, H; H may be written
+   over R), not an optional input of this one: its kernels round H to X's dtype and normalize
+   that H, as AddRMSNorm does (vLLM normalizes the unrounded float32 sum; its docstring lists
+   the differences).
 
 NaN/Inf: a NaN in a row makes its mean square NaN, so the whole row's Y is NaN: amax (NaN
 ignored) is 0, Scale = min_scale, Q = 0 (int8) or NaN (float8). An Inf in X makes the mean square

@@ -8,3 +8,4 @@ using SwiGLUKernel = GatedKernel<kSwiGLUOp, SwiGLUMath>;
 using GeGLUKernel = GatedKernel<kGeGLUOp, GeGLUMath>;
 using AddRMSNormKernel = ResidualRowNormKernel<kAddRMSNormOp, AddRMSNormMath>;
 using RMSNormQuantKernel = RowNormQuantKernel<kRMSNormQuantOp, RMSNormQuantMath>;
+using AddRMSNormQuantKernel = ResidualRowNormQuantKernel<kAddRMSNormQuantOp, AddRMSNormQuantMath>;

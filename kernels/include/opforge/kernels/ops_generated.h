@@ -29,6 +29,12 @@ inline constexpr AttrSpec kRMSNormQuantQuant_dtype{"RMSNormQuant", "quant_dtype"
 inline constexpr AttrSpec kRMSNormQuantScale_ub{"RMSNormQuant", "scale_ub", 0.0, AttrRange::kFiniteNonNegative, "upper bound on the row's max|Y| before the division (0: none)"};
 inline constexpr const AttrSpec* kRMSNormQuantAttrs[] = {&kRMSNormQuantEpsilon, &kRMSNormQuantQuant_dtype, &kRMSNormQuantScale_ub};
 inline constexpr OutputDesc kRMSNormQuantOutputs[] = {{"Q", ElemType::kLikeX, 1, OutShape::kSplit}, {"Scale", ElemType::kFloat32, -1, OutShape::kRow}};
+inline constexpr AttrSpec kAddRMSNormQuantEpsilon{"AddRMSNormQuant", "epsilon", 1e-06, AttrRange::kFiniteNonNegative, "added to the mean square"};
+inline constexpr AttrChoice kAddRMSNormQuantQuant_dtypeChoices[] = {{"int8", 3}, {"float8_e4m3fn", 17}};
+inline constexpr AttrSpec kAddRMSNormQuantQuant_dtype{"AddRMSNormQuant", "quant_dtype", 3.0, AttrRange::kOneOf, "Q's dtype: 3 int8 (qmax 127), 17 float8_e4m3fn (qmax 448)", AttrType::kEnum, 2, kAddRMSNormQuantQuant_dtypeChoices};
+inline constexpr AttrSpec kAddRMSNormQuantScale_ub{"AddRMSNormQuant", "scale_ub", 0.0, AttrRange::kFiniteNonNegative, "upper bound on the row's max|Y| before the division (0: none)"};
+inline constexpr const AttrSpec* kAddRMSNormQuantAttrs[] = {&kAddRMSNormQuantEpsilon, &kAddRMSNormQuantQuant_dtype, &kAddRMSNormQuantScale_ub};
+inline constexpr OutputDesc kAddRMSNormQuantOutputs[] = {{"Q", ElemType::kLikeX, 1, OutShape::kSplit}, {"Scale", ElemType::kFloat32, -1, OutShape::kRow}, {"H", ElemType::kLikeX, -1, OutShape::kLikeX}};
 
 inline constexpr OpDesc kSwishOp{"Swish", "swish", 1, "X", &kSwishBeta, "Y = X * sigmoid(beta * X), elementwise, any shape", Layout::kElementwise, 1, "", 1, kSwishAttrs, 1, "Y", 0b1, kSwishOutputs, true};
 inline constexpr OpDesc kRMSNormOp{"RMSNorm", "rms_norm", 2, "X, W", &kRMSNormEpsilon, "Y = X / sqrt(mean(X^2, last axis) + epsilon) * W; rows of zeros give 0", Layout::kRows, 1, "", 1, kRMSNormAttrs, 1, "Y", 0b1, kRMSNormOutputs, true};
@@ -36,10 +42,11 @@ inline constexpr OpDesc kSwiGLUOp{"SwiGLU", "swiglu", 1, "X", &kSwiGLUBeta, "Y =
 inline constexpr OpDesc kGeGLUOp{"GeGLU", "geglu", 1, "X", nullptr, "Y = gelu_tanh(A) * B with A = X[..., :d], B = X[..., d:], gelu_tanh(a) = 0.5 * a * (1 + tanh(sqrt(2/pi) * (a + 0.044715 * a^3))); X [..., 2d] -> Y [..., d]", Layout::kRows, 2, "a tensor of rank >= 1 whose last dim is even and >= 2", 0, nullptr, 1, "Y", 0b0, kGeGLUOutputs, true};
 inline constexpr OpDesc kAddRMSNormOp{"AddRMSNorm", "add_rms_norm", 3, "X, R, W", &kAddRMSNormEpsilon, "H = X + R; Y = H / sqrt(mean(H^2, last axis) + epsilon) * W; rows of zeros give 0; R has X's shape", Layout::kRows, 1, "", 1, kAddRMSNormAttrs, 2, "Y, H", 0b11011, kAddRMSNormOutputs, true};
 inline constexpr OpDesc kRMSNormQuantOp{"RMSNormQuant", "rms_norm_quant", 2, "X, W", &kRMSNormQuantEpsilon, "Y = RMSNorm(X, W) in float32; per row Scale = max(min(max|Y|, scale_ub) / qmax, min_scale) (float32, [..., 1]); Q = saturate(round_half_even(Y / Scale)) as int8 (qmax 127) or float8_e4m3fn (qmax 448), chosen by quant_dtype; no gradient", Layout::kRows, 1, "", 3, kRMSNormQuantAttrs, 2, "Q, Scale", 0b0, kRMSNormQuantOutputs, false};
-inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp, &kGeGLUOp, &kAddRMSNormOp, &kRMSNormQuantOp};
+inline constexpr OpDesc kAddRMSNormQuantOp{"AddRMSNormQuant", "add_rms_norm_quant", 3, "X, R, W", &kAddRMSNormQuantEpsilon, "H = X + R (in X's dtype); Y = RMSNorm(H, W) in float32; per row Scale = max(min(max|Y|, scale_ub) / qmax, min_scale) (float32, [..., 1]); Q = saturate(round_half_even(Y / Scale)) as int8 (qmax 127) or float8_e4m3fn (qmax 448), chosen by quant_dtype; R has X's shape; no gradient", Layout::kRows, 1, "", 3, kAddRMSNormQuantAttrs, 3, "Q, Scale, H", 0b11000000, kAddRMSNormQuantOutputs, false};
+inline constexpr const OpDesc* kOps[] = {&kSwishOp, &kRMSNormOp, &kSwiGLUOp, &kGeGLUOp, &kAddRMSNormOp, &kRMSNormQuantOp, &kAddRMSNormQuantOp};
 
 // Every op, for the layers' tables: X(Name) expands to one entry per op.
-#define OPFORGE_FOR_EACH_OP(X) X(Swish) X(RMSNorm) X(SwiGLU) X(GeGLU) X(AddRMSNorm) X(RMSNormQuant)
+#define OPFORGE_FOR_EACH_OP(X) X(Swish) X(RMSNorm) X(SwiGLU) X(GeGLU) X(AddRMSNorm) X(RMSNormQuant) X(AddRMSNormQuant)
 
 // Shape rules' expectations, for error_text(op, input, expected, got) (shapes.h).
 inline constexpr const char* kRankAtLeast1 = "a tensor of rank >= 1";

@@ -8,6 +8,7 @@
 #include "opforge/kernels/ops/geglu.h"
 #include "opforge/kernels/ops/add_rms_norm.h"
 #include "opforge/kernels/ops/rms_norm_quant.h"
+#include "opforge/kernels/ops/add_rms_norm_quant.h"
 
 // The ops of each launcher family (OpSpec.family), in spec order: X(Name, torch_name).
 #define OPFORGE_FOR_EACH_ELEMENTWISE_OP(X) X(Swish, swish)
@@ -15,4 +16,4 @@
 #define OPFORGE_FOR_EACH_ROW_NORM_OP(X) X(RMSNorm, rms_norm)
 #define OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_OP(X) X(AddRMSNorm, add_rms_norm)
 #define OPFORGE_FOR_EACH_ROW_NORM_QUANT_OP(X) X(RMSNormQuant, rms_norm_quant)
-#define OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_QUANT_OP(X)
+#define OPFORGE_FOR_EACH_RESIDUAL_ROW_NORM_QUANT_OP(X) X(AddRMSNormQuant, add_rms_norm_quant)
