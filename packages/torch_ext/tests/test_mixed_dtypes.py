@@ -1,8 +1,8 @@
 """Mixed dtypes (issue 31, Build 2): a float32 W beside a bfloat16/float16 X, computed in float32
 with W as given, as HF's Gemma keeps its norm weight (the rule: opforge_spec.weight_dtypes; the
-text: OpSpec.w_dtype_error). Outputs keep X's dtype, dW comes back in W's (float32). Every op with
-a weight: RMSNorm, AddRMSNorm (R in X's dtype), RMSNormQuant; eager, .out, backward, opcheck,
-torch.compile, the fake kernels' refusals."""
+text: OpSpec.w_dtype_error). Outputs keep X's dtype, dW comes back in W's (float32). Every op of
+the spec with a weight (RMSNorm, AddRMSNorm with R in X's dtype, RMSNormQuant, AddRMSNormQuant):
+eager, .out, backward, opcheck, torch.compile, the fake kernels' refusals."""
 
 import pytest
 import torch
@@ -60,17 +60,27 @@ def test_add_rms_norm_rounds_h_then_normalizes_in_float32(device):
         assert torch.equal(y, opforge_torch.rms_norm(h.float(), w, EPS).to(dtype))
 
 
+QUANTIZED = [op for op in WEIGHTED if op.output_dtypes]  # RMSNormQuant, AddRMSNormQuant
+
+
 @pytest.mark.parametrize("quant_dtype", [3, 17], ids=["int8", "float8_e4m3fn"])
+@pytest.mark.parametrize("op", QUANTIZED, ids=lambda op: op.name)
 @pytest.mark.parametrize("device", DEVICES)
-def test_rms_norm_quant_is_the_float32_computation(device, quant_dtype):
-    """Q and Scale of a 16-bit X with a float32 W are those of X upcast to float32 (same W)."""
+def test_quantized_outputs_are_the_float32_computation(device, op, quant_dtype):
+    """Q and Scale of a 16-bit X with a float32 W are those of the float32 call on X upcast (with a
+    residual: on H = X + R rounded to X's dtype, then upcast, and a zero R), the same W; H is X + R."""
     _skip_without(device)
+    call = getattr(opforge_torch, op.torch_name)
     for dtype in HALF[device]:
-        x, _, w = _inputs(dtype, device)
-        q, scale = opforge_torch.rms_norm_quant(x, w, EPS, quant_dtype)
-        want_q, want_scale = opforge_torch.rms_norm_quant(x.float(), w, EPS, quant_dtype)
-        assert q.dtype == want_q.dtype and scale.dtype == torch.float32
-        assert torch.equal(q.float(), want_q.float()) and torch.equal(scale, want_scale)
+        x, r, w = _inputs(dtype, device)
+        h = x + r if "R" in op.inputs else x
+        got = _as_tuple(call(*_args(op, x, r, w), EPS, quant_dtype))
+        want = _as_tuple(call(*_args(op, h.float(), torch.zeros_like(h, dtype=torch.float32), w), EPS, quant_dtype))
+        for name, value, expected in zip(op.outputs, got, want):
+            if name in op.output_dtypes:
+                assert value.dtype == expected.dtype and torch.equal(value.float(), expected.float()), name
+            else:
+                assert value.dtype == dtype and torch.equal(value, h), name
 
 
 def _args(op, x, r, w):
