@@ -10,6 +10,7 @@ import pytest
 import torch
 from onnx.reference import ReferenceEvaluator
 
+import opforge_spec as spec
 import opforge_torch
 import opforge_torch.onnx as opforge_onnx
 from opforge_torch import export_table
@@ -130,3 +131,40 @@ def test_standard_rms_normalization_computes_in_float32_with_w_as_given(tmp_path
     assert norms and all(types[n.input[0]] == FLOAT and types[n.input[1]] == FLOAT for n in norms)
     assert _output_types(proto) == [BF16, BF16]
     _assert_computes_the_op(proto, model)
+
+
+class OneOp(torch.nn.Module):
+    """One op of the spec with a weight, W float32, X (and R) bfloat16."""
+
+    def __init__(self, op, dim=16):
+        super().__init__()
+        self.op = op
+        self.weight = Mixed(dim).weight
+
+    def forward(self, x, r):
+        tensors = {"X": x, "R": r, "W": self.weight}
+        return getattr(opforge_torch, self.op.torch_name)(*(tensors[n] for n in self.op.inputs), EPS)
+
+
+@pytest.mark.parametrize("dynamo,opset", EXPORTS, ids=IDS)
+@pytest.mark.parametrize("op", [o for o in spec.OPS.values() if "W" in o.inputs], ids=lambda o: o.name)
+def test_every_op_with_a_weight_decomposes_a_mixed_call(tmp_path, op, dynamo, opset):
+    """Each output as the op gives it: of X's dtype within one bfloat16 ulp (H equal), a quantized
+    one within one step, Scale within float32 rounding."""
+    path, model = str(tmp_path / "one.onnx"), OneOp(op)
+    opforge_onnx.export(model, _inputs(), path, dynamo=dynamo, decomposed=True, opset_version=opset,
+                        input_names=["x", "r"], output_names=list(op.outputs))
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto)
+    onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    x, r = _inputs(seed=3, shape=(8, 5, 16))
+    with torch.no_grad():
+        result = model(x, r)
+    want = [t.double().numpy() for t in (result if isinstance(result, tuple) else (result,))]
+    for name, got, expected in zip(op.outputs, _run(proto, x, r), want):
+        if name in op.output_dtypes and op.output_dtypes[name] in op.attributes:  # Q
+            assert np.abs(got - expected).max() <= 1, name
+        elif name in op.output_dtypes:  # Scale
+            np.testing.assert_allclose(got, expected, rtol=1e-6, err_msg=name)
+        else:
+            assert np.all(np.abs(got - expected) <= np.abs(expected) * 2.0**-7), name
