@@ -18,7 +18,7 @@ import opforge_spec as spec
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 PROBES = HERE / "probe_ops"
-FAMILIES = ("elementwise", "gated", "row_norm", "residual_row_norm")
+FAMILIES = ("elementwise", "gated", "row_norm", "residual_row_norm", "row_norm_quant", "residual_row_norm_quant")
 JUNK = shutil.ignore_patterns("build", "dist", "__pycache__", "*.egg-info", "*.so", "*.so.*", ".venv",
                               "*.o", ".pytest_cache")
 
@@ -75,7 +75,8 @@ def test_the_copy_finds_every_probe_in_its_family(tree):
                "print(sorted((o.family, o.name) for o in s.OPS.values() if o.name.startswith('Probe')))")
     listing = run([sys.executable, "-c", program], tree, env, "listing the ops", 60)
     assert listing.strip() == str(sorted(zip(FAMILIES, ("ProbeSoftsign", "ProbeSigmoidGLU", "ProbeRMSNorm",
-                                                        "ProbeAddRMSNorm"))))
+                                                        "ProbeAddRMSNorm", "ProbeRMSNormQuant",
+                                                        "ProbeAddRMSNormQuant"))))
     assert not any(op.name.startswith("Probe") for op in spec.OPS.values())  # only in the copy
 
 
@@ -113,9 +114,11 @@ def test_opforge_torch_built_from_the_copy_registers_the_probes(tree):
     # its declarations, written by the build: the schemas in the build tree, the entry points in the package
     assert not (torch_ext / "csrc" / "schema_generated.h").exists()
     (header,) = (torch_ext / "build").rglob("schema_generated.h")
-    assert all(f'"{op}(' in header.read_text() for op in ("probe_softsign", "probe_add_rms_norm"))
+    assert all(f'"{op}(' in header.read_text() for op in ("probe_softsign", "probe_add_rms_norm",
+                                                           "probe_rms_norm_quant", "probe_add_rms_norm_quant"))
     wrappers = (torch_ext / "src" / "opforge_torch" / "_ops_generated.py").read_text()
-    assert all(f"def {op}(" in wrappers for op in ("probe_softsign", "probe_sigmoid_glu", "probe_rms_norm"))
+    assert all(f"def {op}(" in wrappers for op in ("probe_softsign", "probe_sigmoid_glu", "probe_rms_norm",
+                                                   "probe_rms_norm_quant", "probe_add_rms_norm_quant"))
     env = python_path(torch_ext / "src", kernels)
     out = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_registry.py", "-k",
                "Probe and not onnxruntime_with_the_plugin"], torch_ext, env, "opforge_torch's test_registry", 400)
