@@ -175,6 +175,13 @@ def event_file(out: Path, workflow: str) -> Path:
     return path
 
 
+# act runs the instances of a matrix job side by side (its strategy's max-parallel; --concurrent-jobs
+# does not bound them), so this one machine builds every cell of a workflow at once where GitHub
+# gives each its own runner: measured, a loader build past the matrix's 1200 s limit with two cells
+# and load 14 on 2 cores. Each stage command here gets three times that.
+CELL_STAGE_TIMEOUT_S = 3600
+
+
 def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Plan,
                 standins: dict[str, Path], store: Path) -> list[str]:
     event, _ = EVENTS[workflow]
@@ -184,6 +191,7 @@ def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Pla
                "--action-cache-path", str(action_cache(stage.out)), "--concurrent-jobs", "1",
                "--container-daemon-socket", "-", "-s", "GITHUB_TOKEN=opforge-act-local",
                "--env", f"OPFORGE_ACT_ARTIFACTS={store}",
+               "--env", f"OPFORGE_STAGE_TIMEOUT_S={CELL_STAGE_TIMEOUT_S}",
                "--env", f"GITHUB_REPOSITORY={REPOSITORY}"]
     command += [arg for label in RUNNER_LABELS for arg in ("-P", f"{label}=-self-hosted")]
     command += [arg for uses, folder in standins.items()

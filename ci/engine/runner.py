@@ -59,6 +59,22 @@ class Engine:
         return f"{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+
+# A machine's own limit per stage command, for a runner slower than the ones the default is set
+# for (the act run puts every cell of a workflow on this one machine at once).
+TIMEOUT_VARIABLE = "OPFORGE_STAGE_TIMEOUT_S"
+
+
+def stage_timeout_default() -> int:
+    value = os.environ.get(TIMEOUT_VARIABLE, "")
+    if not value:
+        return STAGE_TIMEOUT_S
+    if not value.isdigit() or int(value) <= 0:
+        raise SystemExit(f"opforge matrix: {TIMEOUT_VARIABLE}={value!r}: expected a positive whole "
+                         f"number of seconds")
+    return int(value)
+
+
 def run(engine: Engine) -> dict:
     """Every cell in order, then the gathering stages; the report is rewritten after each cell."""
     cells = engine.selection.cells
@@ -378,8 +394,9 @@ def parser() -> argparse.ArgumentParser:
     cli.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
                      help="stage runs side by side (default: 2, or 1 on a single CPU); stages "
                           "that need another wheel in a shared venv wait for it to be free")
-    cli.add_argument("--timeout", type=int, default=STAGE_TIMEOUT_S, metavar="SECONDS",
-                     help=f"limit per stage command (default {STAGE_TIMEOUT_S})")
+    cli.add_argument("--timeout", type=int, default=stage_timeout_default(), metavar="SECONDS",
+                     help=f"limit per stage command (default {STAGE_TIMEOUT_S}, or "
+                          f"${TIMEOUT_VARIABLE})")
     cli.add_argument("--out", type=Path, default=OUT, help="where the report, logs, wheels and "
                      "the cache go (default build/matrix)")
     cli.add_argument("--venvs", type=Path, default=venvs.VENVS, help="where the venvs are made "

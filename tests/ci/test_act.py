@@ -214,3 +214,12 @@ def test_a_step_with_an_id_is_matched_by_it(golden_plan):
     assert [(row.step, row.status) for row in rows][2:] == [
         ("Image name", "ran"), ("Build and push (unless the registry has this tag)", "failed")]
     assert rows[2].seconds == 2.0
+
+
+def test_every_cell_gets_the_longer_stage_timeout_of_one_machine(golden_plan, tmp_path):
+    """act builds a workflow's cells side by side here: the cells' stage commands get
+    CELL_STAGE_TIMEOUT_S (the matrix engine reads it from OPFORGE_STAGE_TIMEOUT_S)."""
+    command = run.act_command(run.Stage(out=tmp_path, act="act"), "matrix.yml", None, golden_plan, {},
+                              tmp_path / "store")
+    assert f"OPFORGE_STAGE_TIMEOUT_S={run.CELL_STAGE_TIMEOUT_S}" in command
+    assert command[command.index(f"OPFORGE_STAGE_TIMEOUT_S={run.CELL_STAGE_TIMEOUT_S}") - 1] == "--env"

@@ -218,3 +218,14 @@ def test_side_by_side_the_venvs_are_made_on_a_thread_of_their_own_once_each(fake
     fake.seen.pop("venvs")
     fake(jobs=1, out="serial")
     assert "venvs" not in fake.seen                          # one slot: each stage makes its own
+
+
+def test_a_machine_sets_its_own_stage_timeout(monkeypatch):
+    monkeypatch.delenv(runner.TIMEOUT_VARIABLE, raising=False)
+    assert runner.stage_timeout_default() == executors.STAGE_TIMEOUT_S
+    monkeypatch.setenv(runner.TIMEOUT_VARIABLE, "3600")
+    assert runner.stage_timeout_default() == 3600
+    for bad in ("0", "-5", "1h"):
+        monkeypatch.setenv(runner.TIMEOUT_VARIABLE, bad)
+        with pytest.raises(SystemExit, match=runner.TIMEOUT_VARIABLE):
+            runner.stage_timeout_default()
