@@ -73,6 +73,7 @@ class Job:
     needs: tuple[str, ...]
     steps: tuple[Step, ...]
     matrix_ids: tuple[str, ...] = ()          # the cell ids selected (a matrix job)
+    left_out_ids: tuple[str, ...] = ()        # the matrix's other cell ids (not run here)
     skipped: str | None = None                # why the job is planned and skipped
     in_container: bool = False                # `container:`: act runs it through a Docker API
 
@@ -129,10 +130,12 @@ def covering_entries(include: Sequence[Mapping[str, Any]],
 def plan_job(workflow: str, job_id: str, raw: Mapping[str, Any]) -> Job:
     needs = raw.get("needs") or ()
     include = raw.get("strategy", {}).get("matrix", {}).get("include", [])
+    chosen = tuple(str(entry["id"]) for entry in covering_entries(include))
     return Job(workflow=workflow, job_id=job_id, name=str(raw.get("name", job_id)),
                needs=(needs,) if isinstance(needs, str) else tuple(needs),
                steps=tuple(plan_step(i, step) for i, step in enumerate(raw.get("steps", []))),
-               matrix_ids=tuple(str(entry["id"]) for entry in covering_entries(include)),
+               matrix_ids=chosen,
+               left_out_ids=tuple(str(entry["id"]) for entry in include if str(entry["id"]) not in chosen),
                skipped=SKIPPED_JOBS.get((workflow, job_id)), in_container="container" in raw)
 
 

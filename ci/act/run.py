@@ -198,6 +198,9 @@ def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Pla
                 for arg in ("--local-repository", f"{uses}={folder}")]
     command += [arg for job_ in plan.for_workflow(workflow) for matrix_id in job_.matrix_ids
                 for arg in ("--matrix", f"id:{matrix_id}")]
+    left_out = [cell for job_ in plan.for_workflow(workflow) for cell in job_.left_out_ids]
+    if left_out:  # gather skips these cells (not run on purpose) instead of failing on them
+        command += ["--env", f"OPFORGE_CELLS_NOT_RUN={','.join(left_out)}"]
     if stage.registry:
         command += ["--var", f"OPFORGE_REGISTRY={stage.registry}"]
     # jobs in the image: the GPU jobs through their options variable, the others (no options of

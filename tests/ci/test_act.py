@@ -56,6 +56,14 @@ def test_cells_cover_each_toolkit_and_ort_value_once(golden_plan):
     for axis in plan.COVERED_AXES:
         assert {str(e[axis]) for e in chosen} == {str(e[axis]) for e in include}, axis
     assert len(chosen) == 2          # ORT 1.24.4 and 1.31.1 with the one (PyPI) toolkit
+    assert sorted(cell.matrix_ids + cell.left_out_ids) == sorted(str(e["id"]) for e in include)
+
+
+def test_gather_is_told_which_cells_were_left_out(golden_plan, tmp_path):
+    cell = _job(golden_plan, "matrix.yml:cell")
+    command = run.act_command(run.Stage(out=tmp_path, act="act"), "matrix.yml", None, golden_plan, {},
+                              tmp_path / "store")
+    assert f"OPFORGE_CELLS_NOT_RUN={','.join(cell.left_out_ids)}" in command
 
 
 def test_covering_entries_takes_an_entry_only_for_a_new_value():

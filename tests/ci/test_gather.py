@@ -145,6 +145,20 @@ def test_a_cell_without_results_fails_once_and_names_why(matrix, host, tmp_path,
         "needs abi passing for >= 2 torch values of the group"}
 
 
+def test_a_cell_left_out_on_purpose_is_skipped_naming_why(matrix, host, tmp_path, stages_run, monkeypatch):
+    """The act run leaves cells out (one per toolkit and ORT value) and says which: gathering
+    skips those instead of failing on their missing results; any other missing cell still fails."""
+    cells, _ = mx.expand(matrix, PROFILE)
+    gathered = run_ci_jobs(matrix, host, tmp_path, skip=(cell_slug(cells[0]),))
+    monkeypatch.setenv(runner.NOT_RUN_VARIABLE, f"{cells[0].id},not-a-cell")
+    data = runner.run_gathered(engine(matrix, host, tmp_path / "merged", cells), gathered)
+    stages = data["cells"][0]["stages"]
+    assert all(s["status"] == "skip" for s in stages.values())
+    assert f"its CI job was not run here ({runner.NOT_RUN_VARIABLE})" in {s["reason"] for s in stages.values()}
+    others = [s for c in data["cells"][1:] for s in c["stages"].values()]
+    assert not any(s.get("detail", "").startswith("its CI job left no report.json") for s in others)
+
+
 def _write_report(folder: Path, **changes) -> Path:
     folder.mkdir(parents=True)
     data = {"format": report.REPORT_FORMAT, "profile": PROFILE, "report": "build/matrix",
