@@ -21,8 +21,8 @@ constexpr int kFloat16 = 10;
 int forward(const opforge::kernels::OpDesc& op, int type, bool w_float32, const void* const* inputs,
             void* const* outputs, int64_t rows, int64_t cols, const opforge::kernels::AttrValues& attrs, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  if (type == kFloat && !w_float32) return kc::forward_by_desc<float>(op, inputs, outputs, rows, cols, attrs, s);
-  if (type == kFloat16) return kc::forward_by_desc<__half>(op, inputs, outputs, rows, cols, attrs, s, w_float32);
+  if (type == kFloat && !w_float32) return kc::forward_by_desc<float>(op, inputs, outputs, rows, cols, attrs, false, s);
+  if (type == kFloat16) return kc::forward_by_desc<__half>(op, inputs, outputs, rows, cols, attrs, w_float32, s);
   return cudaErrorInvalidValue;
 }
 

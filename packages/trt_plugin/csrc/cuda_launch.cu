@@ -12,10 +12,10 @@ cudaError_t forward(const opforge::kernels::OpDesc& op, Element type, bool w_flo
   switch (type) {
     case Element::kFloat:
       if (w_float32) break;  // float32 X: W is float32 already, never a mixed call
-      return kc::forward_by_desc<float>(op, inputs, outputs, rows, cols, attrs, s);
-    case Element::kHalf: return kc::forward_by_desc<__half>(op, inputs, outputs, rows, cols, attrs, s, w_float32);
+      return kc::forward_by_desc<float>(op, inputs, outputs, rows, cols, attrs, false, s);
+    case Element::kHalf: return kc::forward_by_desc<__half>(op, inputs, outputs, rows, cols, attrs, w_float32, s);
     case Element::kBFloat16:
-      return kc::forward_by_desc<__nv_bfloat16>(op, inputs, outputs, rows, cols, attrs, s, w_float32);
+      return kc::forward_by_desc<__nv_bfloat16>(op, inputs, outputs, rows, cols, attrs, w_float32, s);
   }
   return cudaErrorInvalidValue;
 }

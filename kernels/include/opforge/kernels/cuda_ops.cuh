@@ -141,11 +141,11 @@ cudaError_t forward_of(const OpDesc& op, const Forward<T>& args, cudaStream_t s)
 }
 
 // inputs: the op's op.nb_inputs tensors in its descriptor's order (X[, R][, W]); outputs: its
-// op.nb_outputs (Y[, H]; Q, Scale[, H]), each of its own dtype. [rows, cols] is X's row view. weight_float32: W is float32 beside a
-// 16-bit X (shapes.h weight_dtype_ok).
+// op.nb_outputs (Y[, H]; Q, Scale[, H]), each of its own dtype. [rows, cols] is X's row view.
+// weight_float32: W is float32 beside a 16-bit X (shapes.h weight_dtype_ok).
 template <class T>
 cudaError_t forward_by_desc(const OpDesc& op, const void* const* inputs, void* const* outputs, int64_t rows,
-                            int64_t cols, const AttrValues& attrs, cudaStream_t s, bool weight_float32 = false) {
+                            int64_t cols, const AttrValues& attrs, bool weight_float32, cudaStream_t s) {
   const auto input = [&](int i) { return static_cast<const T*>(inputs[i]); };
   const bool weight = has_weight(op);
   Forward<T> args{input(0), weight && !weight_float32 ? input(op.nb_inputs - 1) : nullptr,
