@@ -5,7 +5,7 @@
 
 namespace opforge_trt::cuda {
 
-cudaError_t forward(const opforge::kernels::OpDesc&, Element, const void* const*, void* const*, int64_t, int64_t,
+cudaError_t forward(const opforge::kernels::OpDesc&, Element, bool, const void* const*, void* const*, int64_t, int64_t,
                     const opforge::kernels::AttrValues&, cudaStream_t) {
   return cudaErrorNotSupported;
 }
