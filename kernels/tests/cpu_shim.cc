@@ -56,6 +56,7 @@ SHIM(double, f64)
 SHIM(k::bfloat16, bf16)
 
 #include "opforge/kernels/attrs.h"
+#include "opforge/kernels/shapes.h"
 
 #include <cstring>
 #include <type_traits>
@@ -69,6 +70,17 @@ extern "C" void attr_error(const char* op, int index, double value, char* out, s
     return;
   }
   std::snprintf(out, size, "no such attribute");
+}
+
+// shapes.h's W dtype verdict for (op, X's and W's ONNX type codes) into `out`: "" or the error text.
+extern "C" void weight_dtype_error(const char* op, int x_code, int w_code, char* out, size_t size) {
+  for (const k::OpDesc* d : k::kOps) {
+    if (std::strcmp(op, d->name) != 0) continue;
+    std::snprintf(out, size, "%s",
+                  k::weight_dtype_error(*d, static_cast<k::ElemType>(x_code), static_cast<k::ElemType>(w_code)).c_str());
+    return;
+  }
+  std::snprintf(out, size, "no such op");
 }
 
 // Every op of the spec by its index in kOps (spec order), through its binding (cpu_ops.h): the

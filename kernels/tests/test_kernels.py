@@ -377,3 +377,20 @@ def test_attribute_rule_is_the_same_in_cpp_and_python(shim, op, index, attr, val
     non_negative = attr.check is spec.RMS_NORM.attributes["epsilon"].check
     if attr.kind == "float":  # (an int or enum attribute's rule: test_generated.py's probe)
         assert (attr.error(op.name, value) is None) == (finite32 and (not non_negative or value >= 0))
+
+
+# (numpy dtype name, ONNX TensorProto code): every code a layer may meet as W's type
+W_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7, "bool": 9,
+            "float16": 10, "float64": 11, "bfloat16": 16}
+WEIGHTED_OPS = [op for op in spec.OPS.values() if "W" in op.inputs]
+
+
+@pytest.mark.parametrize("x_dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("op", WEIGHTED_OPS, ids=lambda op: op.name)
+def test_weight_dtype_rule_is_the_same_in_cpp_and_python(shim, op, x_dtype):
+    """shapes.h weight_dtype_error and OpSpec.w_dtype_error: the same verdict and words."""
+    for w_dtype, code in W_DTYPES.items():
+        out = ctypes.create_string_buffer(256)
+        shim.weight_dtype_error(op.name.encode(), ctypes.c_int(W_DTYPES[x_dtype]), ctypes.c_int(code), out,
+                                ctypes.c_size_t(256))
+        assert out.value.decode() == (op.w_dtype_error(x_dtype, w_dtype) or ""), (x_dtype, w_dtype)

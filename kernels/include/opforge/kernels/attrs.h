@@ -49,15 +49,24 @@ struct AttrSpec {
 enum class ElemType : int32_t { kLikeX = 0, kFloat32 = 1, kInt8 = 3, kFloat16 = 10, kFloat64 = 11,
                                 kBFloat16 = 16, kFloat8E4M3FN = 17 };
 
-// The dtype's name in messages (opforge_spec's dtype names); "" for kLikeX.
+// The dtype's name in messages (numpy's names, opforge_spec's for the float types) for any ONNX
+// TensorProto code a layer meets, not only ElemType's; "" for kLikeX and codes without one.
 inline const char* elem_type_name(ElemType t) {
-  switch (t) {
-    case ElemType::kFloat32: return "float32";
-    case ElemType::kInt8: return "int8";
-    case ElemType::kFloat16: return "float16";
-    case ElemType::kFloat64: return "float64";
-    case ElemType::kBFloat16: return "bfloat16";
-    case ElemType::kFloat8E4M3FN: return "float8_e4m3fn";
+  switch (static_cast<int32_t>(t)) {
+    case 1: return "float32";
+    case 2: return "uint8";
+    case 3: return "int8";
+    case 4: return "uint16";
+    case 5: return "int16";
+    case 6: return "int32";
+    case 7: return "int64";
+    case 9: return "bool";
+    case 10: return "float16";
+    case 11: return "float64";
+    case 12: return "uint32";
+    case 13: return "uint64";
+    case 16: return "bfloat16";
+    case 17: return "float8_e4m3fn";
     default: return "";
   }
 }
