@@ -72,71 +72,70 @@ struct GatedKernel {
   }
 };
 
-// backward: dW is a reduction over rows; the layers schedule it themselves (row_norm_backward with
-// the op's functor, norm(attrs)).
+// The weighted families' common part: the op's functor from its attributes (functor.h).
 template <const OpDesc& Desc, class Math>
-struct RowNormKernel {
+struct WeightedKernel {
   static constexpr const OpDesc& desc = Desc;
   using Norm = Math;
   static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+};
+
+// fn(w) with W as the call gives it: T, or float beside a bfloat16 X (Forward::w_float32).
+template <class T, class Fn>
+void with_weight(const Forward<T>& a, Fn&& fn) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (a.w_float32 != nullptr) return fn(a.w_float32);
+  }
+  fn(a.w);
+}
+
+// backward: dW is a reduction over rows; the layers schedule it themselves (row_norm_backward with
+// the op's functor, norm(attrs)).
+template <const OpDesc& Desc, class Math>
+struct RowNormKernel : WeightedKernel<Desc, Math> {
+  using WeightedKernel<Desc, Math>::norm;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      if (a.w_float32 != nullptr) return row_norm_forward<T>(a.x, a.w_float32, a.y, r0, r1, a.cols, norm(a.attrs));
-    }
-    row_norm_forward<T>(a.x, a.w, a.y, r0, r1, a.cols, norm(a.attrs));
+    with_weight(a, [&](auto w) { row_norm_forward<T>(a.x, w, a.y, r0, r1, a.cols, norm(a.attrs)); });
   }
 };
 
 // backward: as RowNormKernel's (residual_row_norm_backward).
 template <const OpDesc& Desc, class Math>
-struct ResidualRowNormKernel {
-  static constexpr const OpDesc& desc = Desc;
-  using Norm = Math;
-  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+struct ResidualRowNormKernel : WeightedKernel<Desc, Math> {
+  using WeightedKernel<Desc, Math>::norm;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      if (a.w_float32 != nullptr)
-        return residual_row_norm_forward<T>(a.x, a.r, a.w_float32, a.y, a.h, r0, r1, a.cols, norm(a.attrs));
-    }
-    residual_row_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, r0, r1, a.cols, norm(a.attrs));
+    with_weight(a, [&](auto w) {
+      residual_row_norm_forward<T>(a.x, a.r, w, a.y, a.h, r0, r1, a.cols, norm(a.attrs));
+    });
   }
 };
 
 // The quantized rows' families (quant_rows_cpu.h): Q, Scale (and H) from Forward::outputs, each of
-// its own dtype; the op's functor from its attributes (functor.h).
+// its own dtype.
 template <const OpDesc& Desc, class Math>
-struct RowNormQuantKernel {
-  static constexpr const OpDesc& desc = Desc;
-  using Norm = Math;
-  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+struct RowNormQuantKernel : WeightedKernel<Desc, Math> {
+  using WeightedKernel<Desc, Math>::norm;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
     float* scale = static_cast<float*>(a.outputs[1]);
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      if (a.w_float32 != nullptr)
-        return row_norm_quant_forward<T>(a.x, a.w_float32, a.outputs[0], scale, r0, r1, a.cols, norm(a.attrs));
-    }
-    row_norm_quant_forward<T>(a.x, a.w, a.outputs[0], scale, r0, r1, a.cols, norm(a.attrs));
+    with_weight(a, [&](auto w) {
+      row_norm_quant_forward<T>(a.x, w, a.outputs[0], scale, r0, r1, a.cols, norm(a.attrs));
+    });
   }
 };
 
 template <const OpDesc& Desc, class Math>
-struct ResidualRowNormQuantKernel {
-  static constexpr const OpDesc& desc = Desc;
-  using Norm = Math;
-  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+struct ResidualRowNormQuantKernel : WeightedKernel<Desc, Math> {
+  using WeightedKernel<Desc, Math>::norm;
   template <class T>
   static void forward(const Forward<T>& a, int64_t r0, int64_t r1) {
     float* scale = static_cast<float*>(a.outputs[1]);
     T* h = static_cast<T*>(a.outputs[2]);
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      if (a.w_float32 != nullptr)
-        return residual_row_norm_quant_forward<T>(a.x, a.r, a.w_float32, a.outputs[0], scale, h, r0, r1, a.cols,
-                                                  norm(a.attrs));
-    }
-    residual_row_norm_quant_forward<T>(a.x, a.r, a.w, a.outputs[0], scale, h, r0, r1, a.cols, norm(a.attrs));
+    with_weight(a, [&](auto w) {
+      residual_row_norm_quant_forward<T>(a.x, a.r, w, a.outputs[0], scale, h, r0, r1, a.cols, norm(a.attrs));
+    });
   }
 };
 

@@ -69,62 +69,67 @@ struct GatedKernel {
   }
 };
 
-// backward: row_norm_backward with norm(attrs) (dW through a workspace the layer allocates).
+// The weighted families' common part: the op's functor from its attributes (functor.h).
 template <const OpDesc& Desc, class Math>
-struct RowNormKernel {
+struct WeightedKernel {
   static constexpr const OpDesc& desc = Desc;
   using Norm = Math;
   static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+};
+
+// fn(w) with W as the call gives it: T, or float beside a 16-bit X (Forward::w_float32); fn's
+// launch result.
+template <class T, class Fn>
+auto with_weight(const Forward<T>& a, Fn&& fn) {
+  return a.w_float32 != nullptr ? fn(a.w_float32) : fn(a.w);
+}
+
+// backward: row_norm_backward with norm(attrs) (dW through a workspace the layer allocates).
+template <const OpDesc& Desc, class Math>
+struct RowNormKernel : WeightedKernel<Desc, Math> {
+  using WeightedKernel<Desc, Math>::norm;
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    if (a.w_float32 != nullptr) return row_norm_forward<T>(a.x, a.w_float32, a.y, a.rows, a.cols, norm(a.attrs), s);
-    return row_norm_forward<T>(a.x, a.w, a.y, a.rows, a.cols, norm(a.attrs), s);
+    return with_weight(a, [&](auto w) { return row_norm_forward<T>(a.x, w, a.y, a.rows, a.cols, norm(a.attrs), s); });
   }
 };
 
 // backward: residual_row_norm_backward with norm(attrs).
 template <const OpDesc& Desc, class Math>
-struct ResidualRowNormKernel {
-  static constexpr const OpDesc& desc = Desc;
-  using Norm = Math;
-  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+struct ResidualRowNormKernel : WeightedKernel<Desc, Math> {
+  using WeightedKernel<Desc, Math>::norm;
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
-    if (a.w_float32 != nullptr)
-      return residual_row_norm_forward<T>(a.x, a.r, a.w_float32, a.y, a.h, a.rows, a.cols, norm(a.attrs), s);
-    return residual_row_norm_forward<T>(a.x, a.r, a.w, a.y, a.h, a.rows, a.cols, norm(a.attrs), s);
+    return with_weight(a, [&](auto w) {
+      return residual_row_norm_forward<T>(a.x, a.r, w, a.y, a.h, a.rows, a.cols, norm(a.attrs), s);
+    });
   }
 };
 
 // The quantized rows' families (quant_rows_cuda.cuh): Q, Scale (and H) from Forward::outputs, each
-// of its own dtype; the op's functor from its attributes (functor.h).
+// of its own dtype.
 template <const OpDesc& Desc, class Math>
-struct RowNormQuantKernel {
-  static constexpr const OpDesc& desc = Desc;
-  using Norm = Math;
-  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+struct RowNormQuantKernel : WeightedKernel<Desc, Math> {
+  using WeightedKernel<Desc, Math>::norm;
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
     float* scale = static_cast<float*>(a.outputs[1]);
-    if (a.w_float32 != nullptr)
-      return row_norm_quant_forward<T>(a.x, a.w_float32, a.outputs[0], scale, a.rows, a.cols, norm(a.attrs), s);
-    return row_norm_quant_forward<T>(a.x, a.w, a.outputs[0], scale, a.rows, a.cols, norm(a.attrs), s);
+    return with_weight(a, [&](auto w) {
+      return row_norm_quant_forward<T>(a.x, w, a.outputs[0], scale, a.rows, a.cols, norm(a.attrs), s);
+    });
   }
 };
 
 template <const OpDesc& Desc, class Math>
-struct ResidualRowNormQuantKernel {
-  static constexpr const OpDesc& desc = Desc;
-  using Norm = Math;
-  static Norm norm(const AttrValues& attrs) { return functor_of<Norm, Desc>(attrs); }
+struct ResidualRowNormQuantKernel : WeightedKernel<Desc, Math> {
+  using WeightedKernel<Desc, Math>::norm;
   template <class T>
   static cudaError_t forward(const Forward<T>& a, cudaStream_t s) {
     float* scale = static_cast<float*>(a.outputs[1]);
     T* h = static_cast<T*>(a.outputs[2]);
-    if (a.w_float32 != nullptr)
-      return residual_row_norm_quant_forward<T>(a.x, a.r, a.w_float32, a.outputs[0], scale, h, a.rows, a.cols,
-                                                norm(a.attrs), s);
-    return residual_row_norm_quant_forward<T>(a.x, a.r, a.w, a.outputs[0], scale, h, a.rows, a.cols, norm(a.attrs), s);
+    return with_weight(a, [&](auto w) {
+      return residual_row_norm_quant_forward<T>(a.x, a.r, w, a.outputs[0], scale, h, a.rows, a.cols, norm(a.attrs), s);
+    });
   }
 };
 
