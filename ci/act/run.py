@@ -10,7 +10,8 @@ gpu), a job with `container:` in that image through podman's Docker API, pulled 
 registry the image job pushed to. Every `run:` step runs as written; the `uses:` steps whose
 code cannot be had offline run stand-ins (ci/act/standins, passed with act's --local-repository)
 and the report names each. Variables (`--var`) are all that differ from GitHub: the registry
-(OPFORGE_REGISTRY) and the GPU jobs' container options (OPFORGE_GPU_OPTIONS: no --gpus here).
+(OPFORGE_REGISTRY) and the image jobs' container options (OPFORGE_GPU_OPTIONS: no --gpus here;
+OPFORGE_CONTAINER_OPTIONS).
 Writes OUT/report.md and OUT/report.json (default build/act), act's JSON log per workflow in
 OUT/logs/; exits 1 naming the workflow, job and step of every failed step.
 """
@@ -203,10 +204,11 @@ def act_command(stage: Stage, workflow: str, job: str | None, plan: act_plan.Pla
         command += ["--env", f"OPFORGE_CELLS_NOT_RUN={','.join(left_out)}"]
     if stage.registry:
         command += ["--var", f"OPFORGE_REGISTRY={stage.registry}"]
-    # jobs in the image: the GPU jobs through their options variable, the others (no options of
-    # their own) through act's --container-options
+    # jobs in the image: through their options variables (act's --container-options reaches only a
+    # job without a `container:` block: the stand-ins' and host jobs')
     options = container_options(store)
-    command += ["--var", f"OPFORGE_GPU_OPTIONS={options}", "--container-options", options]
+    command += ["--var", f"OPFORGE_GPU_OPTIONS={options}", "--var", f"OPFORGE_CONTAINER_OPTIONS={options}",
+                "--container-options", options]
     if stage.docker_host:
         command += ["--env", f"DOCKER_HOST={stage.docker_host}"]
     if stage.index:

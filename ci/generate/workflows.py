@@ -53,6 +53,10 @@ IMAGE_NAME = "opforge"
 # act: a registry on 127.0.0.1, no --gpus on a machine without a GPU); nothing else differs.
 REGISTRY = "${{ vars.OPFORGE_REGISTRY || 'ghcr.io' }}"
 GPU_OPTIONS = "${{ vars.OPFORGE_GPU_OPTIONS || '--gpus all' }}"
+# The other jobs in the image: act (0.2.89) applies its --container-options only to a job without a
+# `container:` block (nektos/act PR #6111), so a local run passes them here; GitHub's value is an
+# inert label (an empty `options:` is refused by older runners).
+CONTAINER_OPTIONS = "${{ vars.OPFORGE_CONTAINER_OPTIONS || '--label opforge-ci' }}"
 # The release: `nox -s release` (profile release) leaves DIST (wheels of every variant and the
 # sdists) and INDEX/<variant>/simple/ (a PEP 503 index per variant) under RELEASE_OUT.
 RELEASE_SESSION = "release"
@@ -139,7 +143,7 @@ def _in_image(gpu: bool) -> dict:
     container = {"image": "${{ needs.image.outputs.ref }}",
                  "credentials": {"username": "${{ github.actor }}",
                                  "password": "${{ secrets.GITHUB_TOKEN }}"}}
-    return {**container, "options": GPU_OPTIONS} if gpu else container
+    return {**container, "options": GPU_OPTIONS if gpu else CONTAINER_OPTIONS}
 
 
 def gathered_paths(matrix: mx.Matrix, profile: str = CI_PROFILE) -> list[str]:

@@ -4,6 +4,7 @@ moves, and the job selection. The act run itself is `nox -s act`, not part of th
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -231,3 +232,18 @@ def test_every_cell_gets_the_longer_stage_timeout_of_one_machine(golden_plan, tm
                               tmp_path / "store")
     assert f"OPFORGE_STAGE_TIMEOUT_S={run.CELL_STAGE_TIMEOUT_S}" in command
     assert command[command.index(f"OPFORGE_STAGE_TIMEOUT_S={run.CELL_STAGE_TIMEOUT_S}") - 1] == "--env"
+
+
+def test_every_job_in_the_image_gets_the_act_runs_container_options(golden_plan, tmp_path):
+    """act 0.2.89 ignores --container-options for a job with a `container:` block (nektos/act
+    PR #6111): each such job reads its options from a variable the act command sets (the release
+    build job went without this machine's pip configuration and CA bundle)."""
+    command = run.act_command(run.Stage(out=tmp_path, act="act"), "release.yml", None, golden_plan, {},
+                              tmp_path / "store")
+    given = {arg.split("=", 1)[0] for arg, flag in zip(command[1:], command) if flag == "--var"}
+    for name in ("matrix.yml", "release.yml", "wheels.yml"):
+        for job_id, job in yaml.safe_load((GOLDEN / name).read_text())["jobs"].items():
+            if "container" not in job:
+                continue
+            variables = set(re.findall(r"vars\.(\w+)", str(job["container"].get("options", ""))))
+            assert variables & given, f"{name}:{job_id}: its container options come from no variable the act run sets"
