@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,9 +66,12 @@ class Service:
     process: subprocess.Popen
     log: Path
     address: str
+    before_stop: Callable[[], None] | None = None  # what to undo while the service still runs
 
     def stop(self) -> None:
         """End the service's process group (it was started in a session of its own)."""
+        if self.before_stop is not None:
+            self.before_stop()
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -152,8 +155,18 @@ def start_podman_socket(out: Path) -> Service:
         process = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT,
                                    env={**os.environ, "OPFORGE_PODMAN_ROOT": str(out / "podman")},
                                    start_new_session=True)
-    return _wait(Service("podman Docker-API socket", process, log, f"unix://{sock}"),
-                 sock.exists)
+    return _wait(Service("podman Docker-API socket", process, log, f"unix://{sock}",
+                         before_stop=lambda: remove_containers(out)), sock.exists)
+
+
+def remove_containers(out: Path) -> None:
+    """Every container act left in the private store (it keeps a failed job's running, holding
+    mounts under OUT): removed, so that nothing of the run keeps running after the command."""
+    script = "source docker/podman.sh && opforge_engine rm --all --force --time 0"
+    done = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OPFORGE_PODMAN_ROOT": str(out / "podman")})
+    if done.returncode != 0:
+        say(f"could not remove the job containers in {out / 'podman'}: {done.stderr.strip()[-300:]}")
 
 
 def start_index(out: Path, pypi_server: str) -> Service:

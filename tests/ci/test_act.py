@@ -247,3 +247,18 @@ def test_every_job_in_the_image_gets_the_act_runs_container_options(golden_plan,
                 continue
             variables = set(re.findall(r"vars\.(\w+)", str(job["container"].get("options", ""))))
             assert variables & given, f"{name}:{job_id}: its container options come from no variable the act run sets"
+
+
+def test_a_service_undoes_its_work_before_it_stops():
+    """The podman service removes the job containers act leaves (a failed job's keep running and
+    hold mounts) while its socket still answers, then ends."""
+    import subprocess
+
+    from ci.act import services
+
+    order = []
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    service = services.Service("sleeper", process, Path("log"), "",
+                               before_stop=lambda: order.append(process.poll() is None))
+    service.stop()
+    assert order == [True] and process.poll() is not None
