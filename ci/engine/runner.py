@@ -31,6 +31,12 @@ from ci.engine.plan import (
     render_plan,
     select,
 )
+from ci.engine.settings import (
+    NOT_RUN_VARIABLE,
+    TIMEOUT_VARIABLE,
+    cells_not_run,
+    stage_timeout_default,
+)
 from ci.model import key_hash
 from ci.provision import probe as hostprobe
 from ci.provision import venvs
@@ -59,30 +65,6 @@ class Engine:
         return f"{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-
-# A machine's own limit per stage command, for a runner slower than the ones the default is set
-# for (the act run puts every cell of a workflow on this one machine at once).
-TIMEOUT_VARIABLE = "OPFORGE_STAGE_TIMEOUT_S"
-
-
-# Cells whose CI jobs were left out of a run on purpose (comma-separated cell ids; the act run
-# covers each toolkit and ONNX Runtime value once): gathering skips them, naming why, instead of
-# failing on their missing report.json.
-NOT_RUN_VARIABLE = "OPFORGE_CELLS_NOT_RUN"
-
-
-def cells_not_run() -> set[str]:
-    return {cell for cell in os.environ.get(NOT_RUN_VARIABLE, "").split(",") if cell}
-
-
-def stage_timeout_default() -> int:
-    value = os.environ.get(TIMEOUT_VARIABLE, "")
-    if not value:
-        return STAGE_TIMEOUT_S
-    if not value.isdigit() or int(value) <= 0:
-        raise SystemExit(f"opforge matrix: {TIMEOUT_VARIABLE}={value!r}: expected a positive whole "
-                         f"number of seconds")
-    return int(value)
 
 
 def run(engine: Engine) -> dict:
