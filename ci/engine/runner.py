@@ -37,7 +37,7 @@ from ci.engine.settings import (
     cells_not_run,
     stage_timeout_default,
 )
-from ci.model import key_hash
+from ci.model import cell_slug, key_hash
 from ci.provision import probe as hostprobe
 from ci.provision import venvs
 from ci.report import report
@@ -240,7 +240,7 @@ def merged_rows(engine: Engine, planned: list[dict[str, Planned]],
             if engine.matrix.stages[name].gather:
                 row[name] = Result.skip("pending", key=item.key)
             elif run_of_cell is None:
-                row[name] = _missing(row, item.key, cell.id in left_out)
+                row[name] = _missing(row, item.key, cell_slug(cell) in left_out)
             elif name not in run_of_cell.results:
                 row[name] = Result.skip(f"not run by its CI job ({run_of_cell.path})", key=item.key)
             else:

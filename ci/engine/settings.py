@@ -11,9 +11,9 @@ from ci.engine.workspace import STAGE_TIMEOUT_S
 TIMEOUT_VARIABLE = "OPFORGE_STAGE_TIMEOUT_S"
 
 
-# Cells whose CI jobs were left out of a run on purpose (comma-separated cell ids; the act run
-# covers each toolkit and ONNX Runtime value once): gathering skips them, naming why, instead of
-# failing on their missing report.json.
+# Cells whose CI jobs were left out of a run on purpose (comma-separated CI job ids, cell_slug's;
+# the act run covers each toolkit and ONNX Runtime value once): gathering skips them, naming why,
+# instead of failing on their missing report.json.
 NOT_RUN_VARIABLE = "OPFORGE_CELLS_NOT_RUN"
 
 
