@@ -63,14 +63,17 @@ uint32_t output_dtypes(const k::OpDesc& op, int32_t i, int32_t* out) {
   return 3;
 }
 
+// Filled in place: each desc points into the table's own dtypes (a table built elsewhere and copied
+// in kept pointers into the copy's source; the zig-built plugin declared garbage dtypes).
 template <class Op>
 const OpforgeIODesc* outputs_of() {
-  static const OutputTable table = [] {
-    OutputTable t;
+  static OutputTable table;
+  static const bool filled = [] {
     for (int32_t i = 0; i < Op::desc.nb_outputs; ++i)
-      t.descs[i] = {Op::desc.output_descs[i].name, output_dtypes(Op::desc, i, t.dtypes[i]), t.dtypes[i]};
-    return t;
+      table.descs[i] = {Op::desc.output_descs[i].name, output_dtypes(Op::desc, i, table.dtypes[i]), table.dtypes[i]};
+    return true;
   }();
+  (void)filled;
   return table.descs;
 }
 
