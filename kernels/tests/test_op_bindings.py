@@ -9,6 +9,7 @@ from pathlib import Path
 import kernel_checks as checks
 import numpy as np
 import pytest
+from cuda_harness import from_storage, to_storage
 
 import opforge_spec as spec
 from opforge_spec.ops.rms_norm_quant import fp8_e4m3fn_decode
@@ -140,13 +141,12 @@ NUMPY_STORAGE = {"bfloat16": np.uint16, "float32": np.float32, "int8": np.int8, 
 
 
 def to_bfloat16_bits(values) -> np.ndarray:
-    """bfloat16 bits of float32 values, round to nearest even (no NaN in the cases used here)."""
-    u = np.asarray(values, np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return to_storage("bfloat16", values)
 
 
 def from_bfloat16_bits(bits) -> np.ndarray:
-    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    """float32 values of bfloat16 bits (exact), for the float32 shim entries."""
+    return from_storage("bfloat16", bits).astype(np.float32)
 
 
 def weighted_ops():
