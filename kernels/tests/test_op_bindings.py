@@ -197,13 +197,20 @@ def test_bfloat16_x_with_float32_w_is_the_float32_computation(shim, op):
                             None if r_bits is None else from_bfloat16_bits(r_bits), w, case.attrs)
         want = run_forward_as(shim, op, "float32", "f32", {**twin, "W": w}, case.attrs)
         for name, got, expected in zip(op.outputs, mixed, want):
-            if got.dtype == np.uint16:  # X's dtype: the float32 value rounded to bfloat16
-                got, expected = from_bfloat16_bits(got), from_bfloat16_bits(to_bfloat16_bits(expected))
-            elif op.output_dtype(name, "bfloat16", case.attrs) == "float8_e4m3fn":  # -0 is 0 (the twin's R = +0)
-                got, expected = fp8_e4m3fn_decode(got), fp8_e4m3fn_decode(expected)
-            np.testing.assert_array_equal(got, expected, err_msg=f"opforge.{op.name} {case.name} {name}")
+            np.testing.assert_array_equal(*comparable(op, name, case.attrs, got, expected),
+                                          err_msg=f"opforge.{op.name} {case.name} {name}")
         checked += 1
     assert checked >= 5, f"opforge.{op.name}: only {checked} finite cases"
+
+
+def comparable(op, name: str, attrs: dict, got, expected) -> tuple:
+    """A mixed call's output and the float32 twin's, as values: X's dtype is the float32 value
+    rounded to bfloat16; float8 bits decoded (-0 is 0: the twin's R is +0)."""
+    if got.dtype == np.uint16:
+        return from_bfloat16_bits(got), from_bfloat16_bits(to_bfloat16_bits(expected))
+    if op.output_dtype(name, "bfloat16", attrs) == "float8_e4m3fn":
+        return fp8_e4m3fn_decode(got), fp8_e4m3fn_decode(expected)
+    return got, expected
 
 
 @pytest.mark.parametrize("op", [p for p in weighted_ops() if p.values[0].has_gradient])
