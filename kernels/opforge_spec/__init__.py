@@ -19,6 +19,7 @@ from .model import (
     BadCase,
     Case,
     OpSpec,
+    StandardForm,
     enum_attr,
     error,
     finite_in_float32,
@@ -48,6 +49,8 @@ from .ops import (
     SWIGLU,
     SWISH,
     output_shape,
+    standard_equivalents,
+    standard_forms,
 )
 
 __all__ = [
@@ -61,8 +64,8 @@ __all__ = [
     "GELU_CUBIC",
     "INT_LIMIT",
     "OPS",
-    "QUANT_FAMILIES",
     "QUANTIZED_DTYPES",
+    "QUANT_FAMILIES",
     "RANK_AT_LEAST_1",
     "RESIDUAL_EXPECTED",
     "RMS_NORM",
@@ -71,12 +74,12 @@ __all__ = [
     "SWISH",
     "WEIGHT_EXPECTED",
     "WEIGHT_FLOAT32_WITH",
-    "weight_dtypes",
     "Attr",
     "BadCase",
     "Case",
     "Errors",
     "OpSpec",
+    "StandardForm",
     "dtype_name",
     "enum_attr",
     "error",
@@ -89,8 +92,11 @@ __all__ = [
     "quant_step",
     "quantized_errors",
     "round_to",
+    "standard_equivalents",
+    "standard_forms",
     "strided",
     "ulp",
+    "weight_dtypes",
 ]
 
 

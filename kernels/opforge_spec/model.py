@@ -173,6 +173,17 @@ FAMILIES = {("elementwise", 1, ("X",), ("Y",)): "elementwise",
 QUANT_FAMILIES = ("row_norm_quant", "residual_row_norm_quant")
 
 
+@dataclass(frozen=True)
+class StandardForm:
+    """The op as a standard ai.onnx op, from the opset that introduced it: what an export's
+    decomposed="auto" writes where the runtime implements it. `after`: the standard ops written
+    before it (AddRMSNorm is an Add, then RMSNormalization of its sum); an op with none is
+    `op_type` itself, which is then judged by the op's tolerances (standard_equivalents)."""
+    op_type: str
+    opset: int
+    after: tuple[str, ...] = ()
+
+
 @dataclass
 class OpSpec:
     name: str
@@ -229,6 +240,8 @@ class OpSpec:
     # False: the op has no derivative (an inference op): torch refuses backward naming the op, and
     # no layer has backward kernels or a backward schema for it.
     has_gradient: bool = True
+    # The op as a standard ai.onnx op (StandardForm), where ONNX has one.
+    standard: StandardForm | None = None
 
     def shape_rule(self, output: str) -> str:
         """An output's shape rule: "split" (the op's rule: X's shape, the last dim divided by

@@ -16,7 +16,7 @@ from .swiglu import SWIGLU
 from .swish import SWISH
 
 __all__ = ["ADD_RMS_NORM", "GEGLU", "GELU_CUBIC", "OPS", "RMS_NORM", "SQRT_2_OVER_PI", "SWIGLU",
-           "SWISH", "output_shape"]
+           "SWISH", "output_shape", "standard_equivalents", "standard_forms"]
 
 
 def output_shape(op: OpSpec, shape) -> tuple:
@@ -39,3 +39,13 @@ def _defined_ops() -> list:
 
 
 OPS = {op.name: op for op in _defined_ops()}
+
+
+def standard_forms() -> dict:
+    """op name -> its StandardForm, for the ops ONNX has as a standard op."""
+    return {name: op.standard for name, op in OPS.items() if op.standard is not None}
+
+
+def standard_equivalents() -> dict:
+    """ai.onnx op type -> the opforge op it computes by itself (a form with no ops before it)."""
+    return {form.op_type: name for name, form in standard_forms().items() if not form.after}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import WEIGHT_EXPECTED, BadCase, Case, OpSpec
+from ..model import WEIGHT_EXPECTED, BadCase, Case, OpSpec, StandardForm
 from .rms_norm import (
     EPSILON,
     rms_norm_composed,
@@ -106,4 +106,5 @@ ADD_RMS_NORM = OpSpec(
     # round; never W, which every row reads
     overwrites={"Y": ("X", "R"), "H": ("X", "R")},
     order=50,  # its place in every table (OpSpec.order)
+    standard=StandardForm("RMSNormalization", 23, after=("Add",)),
 )

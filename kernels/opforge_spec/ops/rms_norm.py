@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import WEIGHT_EXPECTED, Attr, BadCase, Case, OpSpec, _finite_non_negative
+from ..model import WEIGHT_EXPECTED, Attr, BadCase, Case, OpSpec, StandardForm, _finite_non_negative
 
 
 def rms_norm_reference(x: np.ndarray, w: np.ndarray, epsilon: float) -> np.ndarray:
@@ -107,4 +107,5 @@ RMS_NORM = OpSpec(
     independent=rms_norm_independent,
     overwrites={"Y": ("X",)},
     order=20,  # its place in every table (OpSpec.order)
+    standard=StandardForm("RMSNormalization", 23),
 )

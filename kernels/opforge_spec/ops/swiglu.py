@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import BadCase, Case, OpSpec
+from ..model import BadCase, Case, OpSpec, StandardForm
 from .swish import BETA, SWISH, beta_bad_cases, swish_decomposed, swish_reference
 
 
@@ -99,4 +99,5 @@ SWIGLU = OpSpec(
     decomposed=swiglu_decomposed,
     independent=swiglu_independent,
     order=30,  # its place in every table (OpSpec.order)
+    standard=StandardForm("SwiGLU", 28),
 )

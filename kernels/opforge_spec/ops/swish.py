@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import Attr, BadCase, Case, OpSpec, _finite
+from ..model import Attr, BadCase, Case, OpSpec, StandardForm, _finite
 
 
 def swish_reference(x: np.ndarray, beta: float) -> np.ndarray:
@@ -85,4 +85,5 @@ SWISH = OpSpec(
     independent=swish_independent,
     overwrites={"Y": ("X",)},
     order=10,  # its place in every table (OpSpec.order)
+    standard=StandardForm("Swish", 24),
 )

@@ -4,15 +4,20 @@ reference with the tolerance of the opforge op they compute, beside opforge node
 TensorRT runtime's decision on them (no plugin for them, the version each needs)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import opforge_spec as spec
 from opforge_align import tolerances, trt
 
 OPSET = 24
+# opforge_torch's export table: TensorRT's rows say from which version its parser runs each op's
+# standard form (align runs without opforge_torch, so trt.NATIVE_SINCE holds them as op types)
+EXPORT_TABLE = Path(__file__).resolve().parents[2] / "torch_ext" / "src" / "opforge_torch" / "export_table.json"
 
 
 @pytest.fixture
@@ -75,6 +80,27 @@ def test_a_wrong_standard_op_is_found_at_its_node(tmp_path, align, ort_library, 
 def test_tolerance_rule_of_every_standard_equivalent_names_its_op():
     for op_type, op in tolerances.STANDARD_EQUIVALENTS.items():
         assert tolerances.own_budget(op_type, "float32") == tolerances.own_budget(f"opforge::{op}", "float32")
+
+
+def test_standard_equivalents_are_the_spec_forms_with_no_op_before_them():
+    # RMSNormalization is RMSNorm's form, not AddRMSNorm's (whose Add comes first)
+    assert tolerances.STANDARD_EQUIVALENTS["RMSNormalization"] == "RMSNorm"
+    assert set(tolerances.STANDARD_EQUIVALENTS.values()) == {
+        name for name, form in spec.standard_forms().items() if not form.after}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def test_tensorrt_native_versions_are_the_export_tables():
+    rows = json.loads(EXPORT_TABLE.read_text())["runtimes"]["tensorrt"]
+    first = {}
+    for version in sorted(rows, key=_version):
+        for op in rows[version].get("standard_opsets", {}):
+            first.setdefault(spec.OPS[op].standard.op_type, _version(version))
+    op_types = {form.op_type for form in spec.standard_forms().values()}
+    assert trt.NATIVE_SINCE == {op_type: first.get(op_type) for op_type in op_types}
 
 
 # ---- TensorRT: no plugin for the standard ops, each from its documented version -------------------

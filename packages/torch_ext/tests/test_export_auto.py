@@ -127,6 +127,11 @@ def test_standard_form_gives_the_ops_values_in_onnx_reference(op):
     want = op_spec.reference(*feeds.values(), **attrs)
     for g, w in zip(got, want if len(op_spec.outputs) > 1 else [want]):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    # the spec's StandardForm says what is written: Y by its op type, after the ops it names
+    producer = {out: node.op_type for node in e.nodes for out in node.output}
+    form = op_spec.standard
+    assert producer[outputs[0]] == form.op_type, (op, producer[outputs[0]])
+    assert set(form.after) <= set(producer.values()), (op, form.after)
 
 
 # ---- the choice: the table's form per op -------------------------------------------------------

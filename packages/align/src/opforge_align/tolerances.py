@@ -27,9 +27,9 @@ from .errors import AlignError
 DEFAULTS = {"float64": (1e-12, 1e-15), "float32": (1e-5, 1e-6),
             "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5)}
 
-# ai.onnx ops that compute an opforge op (RMSNormalization-23, Swish-24, SwiGLU-28): judged by that
-# op's spec tolerance (RMSNormalization's row reduction may sum in another order than opforge's)
-STANDARD_EQUIVALENTS = {"RMSNormalization": "RMSNorm", "Swish": "Swish", "SwiGLU": "SwiGLU"}
+# ai.onnx ops that compute an opforge op by themselves (its OpSpec.standard): judged by that op's
+# spec tolerance (RMSNormalization's row reduction may sum in another order than opforge's)
+STANDARD_EQUIVALENTS = spec.standard_equivalents()
 
 # Ops whose output holds input values unchanged: they add no error of their own.
 EXACT_OPS = frozenset({

@@ -18,10 +18,11 @@ from .errors import AlignError
 
 H2D, D2H = 1, 2  # cudaMemcpyKind
 
-# Standard ONNX ops that compute an opforge op (an export's decomposed="auto" writes them where the
-# runtime has them) and the TensorRT version whose ONNX parser takes each natively, no plugin
-# needed, by TensorRT's documentation (not checked by building an engine here): RMSNormalization-23
-# a native RMSNorm from 10.15, Swish-24 from 11.0; SwiGLU-28 is in no version's list.
+# The standard ONNX ops that compute an opforge op (each op's OpSpec.standard: an export's
+# decomposed="auto" writes them where the runtime has them) and the TensorRT version whose ONNX
+# parser takes each natively, no plugin needed: the TensorRT rows of opforge_torch's export table
+# (from TensorRT's documentation, not checked by building an engine here; a test holds the two
+# equal): RMSNormalization-23 a native RMSNorm from 10.15, Swish-24 from 11.0; SwiGLU-28 in none.
 NATIVE_SINCE: dict[str, tuple[int, ...] | None] = {
     "RMSNormalization": (10, 15), "Swish": (11, 0), "SwiGLU": None}
 

@@ -33,23 +33,11 @@ _PACKAGES = {"onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
              "tensorrt": ("tensorrt", "tensorrt-cu13", "tensorrt-cu12")}
 
 
-@dataclass(frozen=True)
-class StandardForm:
-    """An op's standard ONNX form: its op type and the opset that introduced it."""
-    op_type: str
-    opset: int
-
-
-# ai.onnx ops that compute an opforge op (checked against onnx.defs by the tests):
-# RMSNormalization-23 (X, scale; epsilon, axis, stash_type), Swish-24 (alpha),
+# ai.onnx ops that compute an opforge op: each op's OpSpec.standard (checked against onnx.defs by
+# the tests). RMSNormalization-23 (X, scale; epsilon, axis, stash_type), Swish-24 (alpha),
 # SwiGLU-28 (A = the gate, B = the value: Y = Swish_alpha(A) * B, opforge's X[..., :d], X[..., d:]).
 # AddRMSNorm is an Add (H) then RMSNormalization-23 of it (Y).
-STANDARD_FORMS = {
-    "RMSNorm": StandardForm("RMSNormalization", 23),
-    "AddRMSNorm": StandardForm("RMSNormalization", 23),
-    "Swish": StandardForm("Swish", 24),
-    "SwiGLU": StandardForm("SwiGLU", 28),
-}
+STANDARD_FORMS = opforge_spec.standard_forms()
 STASH_FLOAT32 = 1  # RMSNormalization's stash_type: the mean square in float32, as opforge's kernels
 FLOAT32 = opforge_spec.DTYPE_CODES["float32"]  # an ONNX element type (Cast's `to`)
 
