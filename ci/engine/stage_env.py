@@ -59,15 +59,22 @@ def prepared_venv(job: Job, ws: Workspace) -> Path:
 def declared_dependencies(job: Job, venv: Path) -> dict[str, tuple[str, str]]:
     """What the built wheels declare (Requires-Dist without extras) beyond the venv's own pins:
     a CUDA build's CUDA runtime wheel, which its RUNPATH finds as in a user's install. A pin of
-    the same distribution in the cell's toolkit (the runtime it was verified with) is preferred."""
+    the same distribution in the cell's toolkit (the runtime it was verified with) is preferred.
+    A requirement the venv already meets is kept as installed, as a user's pip keeps it: torch
+    2.10.0's own CUDA 12.8 runtime meets `nvidia-cuda-runtime-cu12>=12,<13`, and the cu128
+    toolkit's 12.4 runtime over it broke `import torch` (libc10_cuda.so needs a 12.5+ symbol)."""
     known = {_dist_name(p) for p in venvs.requirements(job.matrix, job.cell, venv_kind(job))}
     known |= {_dist_name(slot) for slot in [*built_wheels(job), *venvs.installed(venv)]}
+    present = venvs.distributions(venv)
     wanted = {}
     for wheel, _ in built_wheels(job).values():
         for req in index.runtime_requirements(Path(wheel)):
-            if _dist_name(req.name) not in known:
-                target = venvs.toolkit_pin_or(job.matrix, job.cell, str(req))
-                wanted[_dist_name(req.name)] = (target, target)
+            name = _dist_name(req.name)
+            met = name in present and req.specifier.contains(present[name], prereleases=True)
+            if name in known or met:
+                continue
+            target = venvs.toolkit_pin_or(job.matrix, job.cell, str(req))
+            wanted[name] = (target, target)
     return wanted
 
 

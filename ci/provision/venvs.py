@@ -6,6 +6,7 @@ the list, written only after pip succeeded, so a half-made venv is rebuilt, neve
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -157,6 +158,16 @@ def ensure(label: str, requirements: list[str], log, root: Path = VENVS) -> Path
 
 def site_packages(venv: Path) -> Path:
     return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def distributions(venv: Path) -> dict[str, str]:
+    """Every distribution installed in the venv, its pins' dependencies too: canonical name ->
+    version ({} for a venv not made yet)."""
+    found: dict[str, str] = {}
+    for site in (venv / "lib").glob("python3*/site-packages"):
+        for dist in importlib.metadata.distributions(path=[str(site)]):
+            found[canonicalize_name(dist.metadata["Name"])] = dist.version
+    return found
 
 
 def made_here(venv: Path) -> bool:

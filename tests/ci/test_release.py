@@ -325,3 +325,34 @@ def test_a_stage_venv_gets_what_the_built_wheels_declare(tmp_path):
                         tmp_path / "log", tmp_path)
     assert stage_env.declared_dependencies(job, tmp_path / "venv") == {
         "nvidia-cuda-runtime-cu12": ("nvidia-cuda-runtime-cu12==12.4.127",) * 2}
+
+
+def test_a_runtime_the_venv_already_meets_is_kept(tmp_path):
+    """torch 2.10.0 (cu128) brings nvidia-cuda-runtime-cu12 12.8.90, which meets the cu128 ORT
+    build's `>=12,<13`: the cell's toolkit pin (12.4.127) installed over it broke `import torch`
+    in every later stage of that venv (found by release.yml under act). A runtime the venv lacks,
+    or one outside the range, still gets the toolkit's pin."""
+    from ci.engine import executors, stage_env
+    from ci.report.result import Result
+
+    matrix = mx.load()
+    cell = next(c for c in mx.expand(matrix, "release")[0] if c.variant == "cu128")
+    ort = metadata_wheel(tmp_path, "opforge_ort", "0.1.0+cu128", ["nvidia-cuda-runtime-cu12<13,>=12"])
+    stage = matrix.stages["unit-torch"]
+    inputs = {**{before: Result("pass", outputs={}) for before in stage.after},
+              "build-ort": Result("pass", outputs={"wheels": [ort]})}
+    job = executors.Job(matrix, cell, stage, "key", "digest", inputs, tmp_path / "log", tmp_path)
+    venv = tmp_path / "venv"
+
+    def installed_runtime(version: str) -> None:
+        site = venv / "lib" / "python3.11" / "site-packages"
+        shutil.rmtree(site, ignore_errors=True)
+        info = site / f"nvidia_cuda_runtime_cu12-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-cuda-runtime-cu12\nVersion: {version}\n")
+
+    installed_runtime("12.8.90")
+    assert stage_env.declared_dependencies(job, venv) == {}
+    installed_runtime("11.8.89")
+    assert stage_env.declared_dependencies(job, venv) == {
+        "nvidia-cuda-runtime-cu12": ("nvidia-cuda-runtime-cu12==12.4.127",) * 2}
