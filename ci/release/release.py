@@ -40,10 +40,13 @@ from ci.release import old_glibc
 REPO = mx.REPO
 OUT = REPO / "build" / "release"
 PROFILE = "release"
-# Packages with an sdist: folder -> distribution. opforge-spec (kernels/) has no build stage of its
-# own (pure Python + headers): its wheel is built here from the sdist that is published.
+# Packages with an sdist: folder -> distribution.
 SDIST_FOLDERS = ("kernels", "packages/align", "packages/loader", "packages/ort_plugin",
                  "packages/torch_ext", "packages/trt_plugin")
+# Pure-Python packages (py3-none-any, one wheel for every variant): no wheel stage builds or repairs
+# them, so their wheels are built here from the sdists that are published. opforge-spec (kernels/)
+# comes first: the old-glibc check installs it beside the default variant's wheels.
+PURE_PROJECTS = ("opforge-spec", "opforge-align")
 # what a user of each variant installs (opforge-trt only where the variant has it)
 USER_PACKAGES = ("opforge-torch[onnx]", "opforge-ort", "opforge-loader")
 CUDA_CHECK = """
@@ -131,14 +134,18 @@ def build_sdists(matrix: mx.Matrix, dist: Path, log: Path) -> list[Path]:
         raise ReleaseError(f"{exc} ({log})") from None
 
 
-def spec_wheel(sdists: list[Path], dist: Path, log: Path) -> Path:
-    sdist = next(p for p in sdists if index.project_of(p)[0] == "opforge-spec")
-    done = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
-                "-w", str(dist), str(sdist)], log, env=_clean_env())
-    wheels = sorted(dist.glob("opforge_spec-*.whl"))
-    if done.returncode != 0 or not wheels:
-        raise ReleaseError(f"{sdist.name}: pip wheel of the opforge-spec sdist failed (see {log})")
-    return wheels[-1]
+def pure_wheels(sdists: list[Path], dist: Path, log: Path) -> list[Path]:
+    """The PURE_PROJECTS' wheels, each built by pip from its published sdist, in that order."""
+    built = []
+    for project in PURE_PROJECTS:
+        sdist = next(p for p in sdists if index.project_of(p)[0] == project)
+        done = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
+                    "-w", str(dist), str(sdist)], log, env=_clean_env())
+        wheels = sorted(dist.glob(f"{project.replace('-', '_')}-*-py3-none-any.whl"))
+        if done.returncode != 0 or not wheels:
+            raise ReleaseError(f"{sdist.name}: pip wheel of the {project} sdist failed (see {log})")
+        built.append(wheels[-1])
+    return built
 
 
 def _clean_env() -> dict[str, str]:
@@ -150,7 +157,7 @@ def _clean_env() -> dict[str, str]:
 # ------------------------------------------------------------------------------------- layout
 
 
-def lay_out(out: Path, wheels: dict[str, list[Path]], sdists: list[Path], spec: Path,
+def lay_out(out: Path, wheels: dict[str, list[Path]], sdists: list[Path], pure: list[Path],
             default: str) -> dict:
     """dist/ (every file once) and index/<variant>/simple/; returns the files' descriptions."""
     dist = out / "dist"
@@ -166,12 +173,12 @@ def lay_out(out: Path, wheels: dict[str, list[Path]], sdists: list[Path], spec: 
             entry["variants"].append(variant)
             if not (dist / path.name).exists():
                 shutil.copy2(path, dist / path.name)
-    for path in [*sdists, spec]:
+    for path in [*sdists, *pure]:
         files[path.name] = {"file": path.name, "sha256": index.sha256(path),
                             "bytes": path.stat().st_size, "variants": sorted(wheels)}
     indexes = {}
     for variant, paths in wheels.items():
-        extra = [spec, *sdists] if variant == default else [spec]
+        extra = [*pure, *sdists] if variant == default else pure
         indexes[variant] = index.write_index([*paths, *extra], out / "index" / variant)
     return {"files": sorted(files.values(), key=lambda f: f["file"]), "indexes": indexes}
 
@@ -345,13 +352,13 @@ def main(argv: list[str] | None = None) -> int:
         default = next((c.variant for c in release_cells(matrix, chosen) if not c.label), None)
         if default is None:
             raise ReleaseError(f"--variants {args.variants}: the default variant must be among "
-                               "them (its sdists and opforge-spec wheel serve every index)")
+                               "them (its index holds the sdists)")
         for folder in (out / "dist", out / "index"):
             shutil.rmtree(folder, ignore_errors=True)
         (out / "dist").mkdir(parents=True)
         sdists = build_sdists(matrix, out / "dist", log)
-        spec = spec_wheel(sdists, out / "dist", log)
-        laid = lay_out(out, wheels, sdists, spec, default)
+        pure = pure_wheels(sdists, out / "dist", log)
+        laid = lay_out(out, wheels, sdists, pure, default)
         smoke = []
         if not args.no_smoke:
             pins = {c.variant: [f"torch=={c.values['torch']}"] for c in release_cells(matrix, chosen)}
@@ -366,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             if cuda:
                 smoke.append(smoke_cross_torch(out, default, cuda[0], wheels, log))
             if matrix.profiles[PROFILE].old_glibc:
-                smoke.append(on_old_glibc(matrix, cells[default], [*wheels[default], spec], out, log))
+                smoke.append(on_old_glibc(matrix, cells[default], [*wheels[default], pure[0]], out, log))
             shutil.rmtree(out / "smoke", ignore_errors=True)   # GBs of torch
         write_report(out, laid, smoke)
     except (ReleaseError, index.IndexFileError) as exc:

@@ -356,3 +356,34 @@ def test_a_runtime_the_venv_already_meets_is_kept(tmp_path):
     installed_runtime("11.8.89")
     assert stage_env.declared_dependencies(job, venv) == {
         "nvidia-cuda-runtime-cu12": ("nvidia-cuda-runtime-cu12==12.4.127",) * 2}
+
+
+def test_the_pure_wheels_serve_every_index_and_the_sdists_the_default(tmp_path):
+    """opforge-spec and opforge-align are py3-none-any: one wheel each, in dist/ and in every
+    variant's index (a user of the cu130 index installs opforge-align from it too); the sdists go
+    to the default variant's index only. opforge-align's wheel used to be missing: PyPI got its
+    sdist alone (found by release.yml's publish under act)."""
+    import io
+    import tarfile
+
+    from ci.release import release
+
+    (tmp_path / "dist").mkdir()
+    built = tmp_path / "built"
+    built.mkdir()
+    torch_cpu = metadata_wheel(built, "opforge_torch", "0.1.0", [])
+    torch_cu = metadata_wheel(built, "opforge_torch", "0.1.0+cu130", [])
+    pure = [Path(metadata_wheel(built, name, "0.1.0", [])) for name in ("opforge_spec", "opforge_align")]
+    sdist = built / "opforge_align-0.1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        info = tarfile.TarInfo("opforge_align-0.1.0/PKG-INFO")
+        meta = b"Metadata-Version: 2.1\nName: opforge-align\nVersion: 0.1.0\n"
+        info.size = len(meta)
+        archive.addfile(info, io.BytesIO(meta))
+    laid = release.lay_out(tmp_path, {"cpu": [Path(torch_cpu)], "cu130": [Path(torch_cu)]}, [sdist],
+                           pure, "cpu")
+    assert laid["indexes"]["cu130"]["opforge-align"] == [pure[1].name]
+    assert laid["indexes"]["cpu"]["opforge-align"] == sorted([pure[1].name, sdist.name])
+    assert {f["file"] for f in laid["files"]} == {Path(torch_cpu).name, Path(torch_cu).name,
+                                                  sdist.name, *(p.name for p in pure)}
+    assert release.PURE_PROJECTS == ("opforge-spec", "opforge-align")
