@@ -27,13 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ci.act import plan as act_plan
-from ci.act import report, services
+from ci.act import published, report, services
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = ("matrix.yml", "wheels.yml", "release.yml")
@@ -274,25 +273,6 @@ def act_env(stage: Stage) -> dict[str, str]:
     return env
 
 
-def index_check(index: str, out: Path) -> report.Row:
-    """After publish: the uploaded projects install from the local index (pip, a fresh venv)."""
-    started = time.monotonic()
-    with urllib.request.urlopen(f"{index}/simple/") as page:
-        projects = re.findall(r'href="(?:[^"]*/)?([^/"]+)/"', page.read().decode())
-    venv = out / "index-check"
-    shutil.rmtree(venv, ignore_errors=True)
-    steps = [["python3", "-m", "venv", str(venv)],
-             [str(venv / "bin" / "pip"), "--isolated", "install", "--no-deps", "--index-url",
-              f"{index}/simple/", *projects]]
-    code = 1 if not projects else next((c for c in (subprocess.run(s).returncode for s in steps)
-                                        if c), 0)
-    status = "ran" if code == 0 else "failed"
-    why = (f"pip install --no-deps --index-url {index}/simple/ {' '.join(projects)}"
-           if projects else "the local index holds no project")
-    return report.Row("release.yml", "publish", "(after the workflow) pip install from the local "
-                      "index", status, why, time.monotonic() - started)
-
-
 def run_all(args: argparse.Namespace) -> int:
     out = args.out.resolve()
     tree = clean_clone(out, args.commit) if args.commit else REPO
@@ -319,7 +299,7 @@ def run_all(args: argparse.Namespace) -> int:
             if code == INTERRUPTED:
                 break
         if stage.index and "release.yml:publish" not in selection.left:
-            extra.append(index_check(stage.index, out))
+            extra.append(published.check(stage.index, out / "artifacts" / "release.yml" / "pypi", out))
     except (services.ServiceError, act_plan.PlanError) as exc:
         services.say(str(exc))
         return 2

@@ -3,6 +3,7 @@ report read from act's JSON log (lines as act 0.2.89 writes them), the artifact 
 moves, and the job selection. The act run itself is `nox -s act`, not part of the suite."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -262,3 +263,50 @@ def test_a_service_undoes_its_work_before_it_stops():
                                before_stop=lambda: order.append(process.poll() is None))
     service.stop()
     assert order == [True] and process.poll() is not None
+
+
+@pytest.fixture
+def served_index(tmp_path):
+    """A PEP 503 index (ci/artifacts/index.py) of a folder, over HTTP on 127.0.0.1."""
+    import functools
+    import http.server
+    import io
+    import tarfile
+    import threading
+    import zipfile
+
+    from ci.artifacts import index
+
+    uploaded = tmp_path / "pypi"
+    uploaded.mkdir()
+    with zipfile.ZipFile(uploaded / "demo_wheel-1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("demo_wheel-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo-wheel\n")
+    with tarfile.open(uploaded / "demo_trt-1.0.tar.gz", "w:gz") as sdist:
+        sdist.addfile(tarfile.TarInfo("demo_trt-1.0/README"), io.BytesIO(b""))
+    root = tmp_path / "index"
+    index.write_index(sorted(uploaded.iterdir()), root)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", uploaded
+    server.shutdown()
+
+
+def test_the_published_files_are_compared_byte_for_byte_with_the_upload(served_index):
+    """The act command's check after publish: every uploaded file served, fetched and hashed;
+    an sdist-only project (opforge-trt, a CUDA build) is not built (the old check pip-installed
+    every project and failed building opforge-trt's sdist without CUDA)."""
+    from ci.act import published
+
+    index, uploaded = served_index
+    assert published.differences(published.uploaded_files(uploaded), published.served_files(index)) == []
+    served = hashlib.sha256((uploaded / "demo_trt-1.0.tar.gz").read_bytes()).hexdigest()
+    (uploaded / "demo_trt-1.0.tar.gz").write_bytes(b"changed")
+    (uploaded / "demo_extra-1.0.tar.gz").write_bytes(b"")
+    changed = hashlib.sha256(b"changed").hexdigest()
+    assert published.differences(published.uploaded_files(uploaded), published.served_files(index)) == [
+        "demo_extra-1.0.tar.gz: uploaded, not served",
+        f"demo_trt-1.0.tar.gz: served with sha256 {served[:12]}…, uploaded {changed[:12]}…"]
+    assert published.project("opforge_trt-0.1.0.tar.gz") == "opforge-trt"
+    assert published.project("opforge_ort-0.1.0-py3-none-manylinux_2_24_x86_64.whl") == "opforge-ort"
