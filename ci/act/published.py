@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from ci.act import report
+from ci.artifacts import index as index_files
 
 LINK = re.compile(r'href="([^"]+)"')
 
@@ -39,8 +40,7 @@ def served_files(index: str) -> dict[str, str]:
 
 
 def uploaded_files(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.iterdir()) if p.is_file()}
+    return {p.name: index_files.sha256(p) for p in sorted(folder.iterdir()) if p.is_file()}
 
 
 def differences(uploaded: dict[str, str], served: dict[str, str]) -> list[str]:
@@ -54,8 +54,7 @@ def differences(uploaded: dict[str, str], served: dict[str, str]) -> list[str]:
 
 def project(file_name: str) -> str:
     """The distribution of a wheel or sdist file name, as pip names it."""
-    stem = file_name[:-len(".tar.gz")] if file_name.endswith(".tar.gz") else file_name
-    return stem.split("-", 1)[0].replace("_", "-").lower()
+    return index_files.project_of(Path(file_name))[0]
 
 
 def check(index: str, uploaded_folder: Path, out: Path) -> report.Row:

@@ -141,7 +141,7 @@ def pure_wheels(sdists: list[Path], dist: Path, log: Path) -> list[Path]:
         sdist = next(p for p in sdists if index.project_of(p)[0] == project)
         done = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
                     "-w", str(dist), str(sdist)], log, env=_clean_env())
-        wheels = sorted(dist.glob(f"{project.replace('-', '_')}-*-py3-none-any.whl"))
+        wheels = sorted(p for p in dist.glob("*-py3-none-any.whl") if index.project_of(p)[0] == project)
         if done.returncode != 0 or not wheels:
             raise ReleaseError(f"{sdist.name}: pip wheel of the {project} sdist failed (see {log})")
         built.append(wheels[-1])
