@@ -60,8 +60,8 @@ void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys
     else if (src.w != nullptr) args.w = in<T>(*src.w);
     if (src.r != nullptr) args.r = in<T>(*src.r);
     if (ys.size() > 1) args.h = out<T>(ys[1]);
-    void* outputs[3] = {};
-    for (size_t i = 0; i < ys.size() && i < 3; ++i) outputs[i] = ys[i].mutable_data_ptr();
+    void* outputs[k::kMaxOutputs] = {};  // ys.size() <= kMaxOutputs: attrs.h outputs_fit
+    for (size_t i = 0; i < ys.size(); ++i) outputs[i] = ys[i].mutable_data_ptr();
     args.outputs = outputs;
     torch::stable::parallel_for(0, v.rows, row_grain(v.cols), [&](int64_t b, int64_t e) {
       Op::forward(args, b, e);

@@ -187,6 +187,14 @@ constexpr bool attrs_fit(const OpDesc* const* ops, int32_t count) {
 }
 static_assert(attrs_fit(kOps, sizeof kOps / sizeof kOps[0]), "an op has more attributes than AttrValues holds");
 
+// The most outputs an op has: the layers' per-call output pointer arrays (Forward::outputs) hold this many.
+inline constexpr int32_t kMaxOutputs = 3;
+
+constexpr bool outputs_fit(const OpDesc* const* ops, int32_t count) {
+  return count == 0 || (ops[0]->nb_outputs <= kMaxOutputs && outputs_fit(ops + 1, count - 1));
+}
+static_assert(outputs_fit(kOps, sizeof kOps / sizeof kOps[0]), "an op has more outputs than kMaxOutputs");
+
 // Every attribute's default, as a node without attributes gets them.
 inline AttrValues default_attrs(const OpDesc& op) {
   AttrValues values;
