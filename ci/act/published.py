@@ -9,7 +9,7 @@ them. A project served as an sdist only (opforge-trt: a CUDA build whose wheels 
 from __future__ import annotations
 
 import hashlib
-import re
+import html.parser
 import subprocess
 import time
 import urllib.parse
@@ -19,7 +19,22 @@ from pathlib import Path
 from ci.act import report
 from ci.artifacts import index as index_files
 
-LINK = re.compile(r'href="([^"]+)"')
+
+class _Links(html.parser.HTMLParser):
+    """Every <a href> of a page, HTML-unescaped (the parser does that for attribute values)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.hrefs += [value for name, value in attrs if tag == "a" and name == "href" and value]
+
+
+def links(page: str) -> list[str]:
+    parser = _Links()
+    parser.feed(page)
+    return parser.hrefs
 
 
 def _get(url: str) -> bytes:
@@ -31,11 +46,12 @@ def served_files(index: str) -> dict[str, str]:
     """file name -> sha256 of every file the PEP 503 index at `index` links to."""
     simple = f"{index.rstrip('/')}/simple/"
     found = {}
-    for project in LINK.findall(_get(simple).decode()):
+    for project in links(_get(simple).decode()):
         page = urllib.parse.urljoin(simple, project)
-        for link in LINK.findall(_get(page).decode()):
+        for link in links(_get(page).decode()):
             url = urllib.parse.urljoin(page, link).split("#", 1)[0]
-            found[Path(urllib.parse.urlparse(url).path).name] = hashlib.sha256(_get(url)).hexdigest()
+            name = urllib.parse.unquote(Path(urllib.parse.urlparse(url).path).name)
+            found[name] = hashlib.sha256(_get(url)).hexdigest()
     return found
 
 

@@ -44,8 +44,7 @@ PROFILE = "release"
 SDIST_FOLDERS = ("kernels", "packages/align", "packages/loader", "packages/ort_plugin",
                  "packages/torch_ext", "packages/trt_plugin")
 # Pure-Python packages (py3-none-any, one wheel for every variant): no wheel stage builds or repairs
-# them, so their wheels are built here from the sdists that are published. opforge-spec (kernels/)
-# comes first: the old-glibc check installs it beside the default variant's wheels.
+# them, so their wheels are built here from the sdists that are published.
 PURE_PROJECTS = ("opforge-spec", "opforge-align")
 # what a user of each variant installs (opforge-trt only where the variant has it)
 USER_PACKAGES = ("opforge-torch[onnx]", "opforge-ort", "opforge-loader")
@@ -135,7 +134,7 @@ def build_sdists(matrix: mx.Matrix, dist: Path, log: Path) -> list[Path]:
 
 
 def pure_wheels(sdists: list[Path], dist: Path, log: Path) -> list[Path]:
-    """The PURE_PROJECTS' wheels, each built by pip from its published sdist, in that order."""
+    """The PURE_PROJECTS' wheels, each built by pip from its published sdist."""
     built = []
     for project in PURE_PROJECTS:
         sdist = next(p for p in sdists if index.project_of(p)[0] == project)
@@ -373,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             if cuda:
                 smoke.append(smoke_cross_torch(out, default, cuda[0], wheels, log))
             if matrix.profiles[PROFILE].old_glibc:
-                smoke.append(on_old_glibc(matrix, cells[default], [*wheels[default], pure[0]], out, log))
+                spec = next(p for p in pure if index.project_of(p)[0] == "opforge-spec")
+                smoke.append(on_old_glibc(matrix, cells[default], [*wheels[default], spec], out, log))
             shutil.rmtree(out / "smoke", ignore_errors=True)   # GBs of torch
         write_report(out, laid, smoke)
     except (ReleaseError, index.IndexFileError) as exc:

@@ -279,8 +279,11 @@ def served_index(tmp_path):
 
     uploaded = tmp_path / "pypi"
     uploaded.mkdir()
-    with zipfile.ZipFile(uploaded / "demo_wheel-1.0-py3-none-any.whl", "w") as wheel:
-        wheel.writestr("demo_wheel-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo-wheel\n")
+    # a local version's "+" is URL-quoted in the index's links (%2B): the check names the file unquoted
+    for name in ("demo_wheel-1.0-py3-none-any.whl", "demo_local-1.0+cu128-py3-none-any.whl"):
+        with zipfile.ZipFile(uploaded / name, "w") as wheel:
+            wheel.writestr(f"{name.split('-')[0]}-1.0.dist-info/METADATA",
+                           f"Metadata-Version: 2.1\nName: {name.split('-')[0]}\n")
     with tarfile.open(uploaded / "demo_trt-1.0.tar.gz", "w:gz") as sdist:
         sdist.addfile(tarfile.TarInfo("demo_trt-1.0/README"), io.BytesIO(b""))
     root = tmp_path / "index"

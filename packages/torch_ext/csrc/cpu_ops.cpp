@@ -60,7 +60,7 @@ void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys
     else if (src.w != nullptr) args.w = in<T>(*src.w);
     if (src.r != nullptr) args.r = in<T>(*src.r);
     if (ys.size() > 1) args.h = out<T>(ys[1]);
-    void* outputs[k::kMaxOutputs] = {};  // ys.size() <= kMaxOutputs: attrs.h outputs_fit
+    void* outputs[k::kMaxOutputs] = {};  // ys.size() <= kMaxOutputs: attrs.h checks every op
     for (size_t i = 0; i < ys.size(); ++i) outputs[i] = ys[i].mutable_data_ptr();
     args.outputs = outputs;
     torch::stable::parallel_for(0, v.rows, row_grain(v.cols), [&](int64_t b, int64_t e) {

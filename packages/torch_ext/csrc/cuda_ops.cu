@@ -81,7 +81,7 @@ void forward_into(const Inputs& src, const Attrs& attrs, std::vector<Tensor>& ys
     else if (src.w != nullptr) args.w = in<T>(*src.w);
     if (src.r != nullptr) args.r = in<T>(*src.r);
     if (ys.size() > 1) args.h = out<T>(ys[1]);
-    void* outputs[k::kMaxOutputs] = {};  // ys.size() <= kMaxOutputs: attrs.h outputs_fit
+    void* outputs[k::kMaxOutputs] = {};  // ys.size() <= kMaxOutputs: attrs.h checks every op
     for (size_t i = 0; i < ys.size(); ++i) outputs[i] = ys[i].mutable_data_ptr();
     args.outputs = outputs;
     check_launch(Op::desc.name, Op::forward(args, launch_stream(Op::desc.name, x)));

@@ -182,18 +182,20 @@ struct AttrValues {
 
 namespace opforge::kernels {
 
-constexpr bool attrs_fit(const OpDesc* const* ops, int32_t count) {
-  return count == 0 || (ops[0]->nb_attrs <= kMaxAttrs && attrs_fit(ops + 1, count - 1));
-}
-static_assert(attrs_fit(kOps, sizeof kOps / sizeof kOps[0]), "an op has more attributes than AttrValues holds");
-
 // The most outputs an op has: the layers' per-call output pointer arrays (Forward::outputs) hold this many.
 inline constexpr int32_t kMaxOutputs = 3;
 
-constexpr bool outputs_fit(const OpDesc* const* ops, int32_t count) {
-  return count == 0 || (ops[0]->nb_outputs <= kMaxOutputs && outputs_fit(ops + 1, count - 1));
+// Whether `fits` holds for every op's descriptor.
+template <class Fits>
+constexpr bool every_op(Fits fits) {
+  for (const OpDesc* op : kOps)
+    if (!fits(*op)) return false;
+  return true;
 }
-static_assert(outputs_fit(kOps, sizeof kOps / sizeof kOps[0]), "an op has more outputs than kMaxOutputs");
+static_assert(every_op([](const OpDesc& op) { return op.nb_attrs <= kMaxAttrs; }),
+              "an op has more attributes than AttrValues holds");
+static_assert(every_op([](const OpDesc& op) { return op.nb_outputs <= kMaxOutputs; }),
+              "an op has more outputs than kMaxOutputs");
 
 // Every attribute's default, as a node without attributes gets them.
 inline AttrValues default_attrs(const OpDesc& op) {
